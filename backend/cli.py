@@ -1,0 +1,297 @@
+"""`python -m backend ...`: generate text with a drafter, or benchmark drafters.
+
+    generate --prompt TEXT | --prompt-file FILE | --suite FILE [--limit N]   one prompt, or a suite
+    bench speed --suite FILE --drafters a,b --draft-lens 2,4,8              speed and losslessness
+
+Every user error (bad flag value, missing model, empty prompt, ...) ends with one `error:` line on
+stderr and exit status 2, never a traceback. This module only parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from backend.errors import SpecScopeError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return 2
+    try:
+        return args.handler(args)
+    except SpecScopeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m backend", description="SpecScope: speculative decoding lab")
+    commands = parser.add_subparsers(title="commands")
+
+    generate = commands.add_parser("generate", help="decode a prompt (or a suite) with a drafter",
+                                   description="Decode with speculative decoding and show what was accepted.")
+    source = generate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="the prompt text (one user turn)")
+    source.add_argument("--prompt-file", type=Path, help="a file holding the prompt text")
+    source.add_argument("--suite", type=Path, help="a question.jsonl suite: run every prompt in it")
+    generate.add_argument("--limit", type=int, help="with --suite: only the first N prompts")
+    generate.add_argument("--categories", type=_names, help="with --suite: only these categories (comma-separated)")
+    _add_model_args(generate)
+    _add_drafter_args(generate)
+    generate.add_argument("--draft-len", default="auto", type=_draft_len,
+                          help="D, tokens drafted per step (0 = plain decoding), or auto (default)")
+    _add_decoding_args(generate)
+    generate.add_argument("--json", action="store_true", help="print JSON (one object per prompt per line)")
+    generate.set_defaults(handler=_generate)
+
+    bench = commands.add_parser("bench", help="benchmarks").add_subparsers(title="benchmarks")
+    speed = bench.add_parser("speed", help="end-to-end speed vs plain decoding and Hugging Face",
+                             description="Per prompt: plain decoding, HF generate, HF prompt-lookup assisted "
+                                         "generation and every drafter at every D, interleaved in one process.")
+    speed.add_argument("--suite", type=Path, required=True, help="a question.jsonl suite")
+    speed.add_argument("--limit", type=int, help="only the first N prompts (after --categories)")
+    speed.add_argument("--categories", type=_names, help="only these categories (comma-separated)")
+    speed.add_argument("--per-category", type=int, help="only the first N prompts of each category")
+    speed.add_argument("--drafters", type=_names, default=["ngram", "suffix"], help="comma-separated drafters")
+    speed.add_argument("--draft-lens", type=_draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
+    speed.add_argument("--max-new-tokens", type=int, default=128)
+    speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
+    _add_model_args(speed)
+    _add_drafter_args(speed, with_name=False)
+    speed.set_defaults(handler=_bench_speed)
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------------
+# arguments
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", default="default",
+                        help="target model: default (SmolLM2-135M-Instruct), a HF id, a folder or a .gguf file")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
+    parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
+
+
+def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -> None:
+    from backend.drafters import DRAFTER_NAMES
+
+    if with_name:
+        parser.add_argument("--drafter", default="suffix", help=f"one of {', '.join(DRAFTER_NAMES)} (default suffix)")
+    parser.add_argument("--draft-model", help="draft-model drafter: the draft's model spec")
+    parser.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram to match")
+    parser.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram to match")
+    parser.add_argument("--suffix-max-depth", type=int, default=24, help="suffix: tree depth")
+    parser.add_argument("--suffix-max-spec-factor", type=float, default=1.0, help="suffix: draft <= factor x match")
+    parser.add_argument("--suffix-min-token-prob", type=float, default=0.1, help="suffix: stop below this path prob")
+    parser.add_argument("--layerskip-exit-layer", type=int, help="layerskip: layers used to draft (default half)")
+
+
+def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 = off")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt raw, without a chat template")
+
+
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return names
+
+
+def _draft_len(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
+def _draft_lens(text: str) -> list[int | str]:
+    return [_draft_len(part) for part in _names(text)]
+
+
+def _drafter_options(args: argparse.Namespace):
+    from backend.drafters import DrafterOptions
+
+    return DrafterOptions(
+        ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix_max_depth=args.suffix_max_depth,
+        suffix_max_spec_factor=args.suffix_max_spec_factor, suffix_min_token_prob=args.suffix_min_token_prob,
+        layerskip_exit_layer=args.layerskip_exit_layer, draft_model=args.draft_model,
+    )
+
+
+def _load_target(args: argparse.Namespace):
+    _quiet_libraries()
+    from backend.models import load_model
+
+    return load_model(args.target, device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code)
+
+
+def _quiet_libraries() -> None:
+    """Progress bars and advice from transformers are noise on a CLI's stderr."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+# ---------------------------------------------------------------------------------------------------
+# generate
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from backend.drafters import build_drafter
+    from backend.engine import GenerationSettings
+    from backend.policy import make_policy
+    from backend.prompts import load_suite
+    from backend.runner import Runner
+    from backend.verify import SamplingParams
+
+    make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
+    settings = GenerationSettings(
+        max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
+        sampling=SamplingParams(args.temperature, args.top_p, args.top_k), seed=args.seed,
+        stop_strings=tuple(args.stop),
+    )
+    if args.suite is not None:
+        questions = load_suite(args.suite, args.categories, args.limit)
+    else:
+        text = args.prompt if args.prompt is not None else _read_prompt_file(args.prompt_file)
+        if not text.strip():
+            raise SpecScopeError("the prompt is empty: give some text with --prompt or --prompt-file")
+        questions = None
+    target = _load_target(args)
+    drafter = build_drafter(args.drafter, target, _drafter_options(args))
+    runner = Runner(target, use_chat_template=not args.no_chat_template)
+    header = {"target": args.target, "drafter": args.drafter, "draft_len": args.draft_len}
+    if questions is None:
+        result = runner.run([text], drafter, settings)
+        _print_result(runner, result, header, args.json)
+        return 0
+    for question in questions:
+        result = runner.run(question.turns, drafter, settings)
+        record = {"question_id": question.question_id, "category": question.category, **header}
+        _print_result(runner, result, record, args.json)
+    return 0
+
+
+def _read_prompt_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecScopeError(f"cannot read prompt file {path}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise SpecScopeError(f"prompt file {path} is not UTF-8 text") from error
+
+
+def _print_result(runner, result, header: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({**header, **result.to_dict()}), flush=True)
+        return
+    if "question_id" in header:
+        print(f"=== {header['question_id']} ({header['category']})")
+    marked = sys.stdout.isatty()
+    for turn in result.turns:
+        print(render_marked(runner.decode, turn.steps, ansi=marked))
+    print(_summary_line(result.summary(), result.turns[-1].finish_reason), flush=True)
+
+
+def render_marked(decode, steps, ansi: bool) -> str:
+    """The output with accepted draft tokens marked: green on a terminal, else inside [[ ]]."""
+    opened, closed = ("\033[32m", "\033[0m") if ansi else ("[[", "]]")
+    ids: list[int] = []
+    pieces: list[str] = []
+    for step in steps:
+        accepted = min(step.accepted, len(step.emitted))
+        for chunk, is_draft in ((step.emitted[:accepted], True), (step.emitted[accepted:], False)):
+            if not chunk:
+                continue
+            before = decode(ids)
+            ids += chunk
+            text = decode(ids)[len(before):]
+            pieces.append(f"{opened}{text}{closed}" if is_draft and text else text)
+    return "".join(pieces)
+
+
+def _summary_line(summary: dict, finish_reason: str | None) -> str:
+    rho = f"{summary['rho']:.3f}" if summary["rho"] is not None else "-"
+    return (f"AL {summary['al']:.2f} | acceptance {100 * summary['acceptance_rate']:.1f}% | "
+            f"{summary['new_tokens']} tokens in {summary['decode_s']:.2f} s ({summary['tokens_per_s']:.1f} tok/s) | "
+            f"{summary['target_forwards']} target forwards | rho {rho} | finish {finish_reason}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# bench speed
+
+
+def _bench_speed(args: argparse.Namespace) -> int:
+    from backend.bench import speed_benchmark
+    from backend.drafters import DRAFTER_NAMES
+    from backend.policy import make_policy
+    from backend.prompts import load_suite
+
+    for name in args.drafters:
+        if name not in DRAFTER_NAMES or name == "none":
+            raise SpecScopeError(f"unknown drafter '{name}': choose from {', '.join(DRAFTER_NAMES[1:])}")
+    for draft_len in args.draft_lens:
+        make_policy(draft_len, free_drafter=True)
+    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
+    if not questions:
+        raise SpecScopeError(f"{args.suite} has no prompts to run")
+    target = _load_target(args)
+    from tqdm import tqdm
+
+    runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + len(args.drafters) * len(args.draft_lens)
+    with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
+        def progress(label: str) -> None:
+            bar.set_postfix_str(label)
+            bar.update(1)
+
+        report = speed_benchmark(target, questions, args.drafters, args.draft_lens, args.max_new_tokens,
+                                 _drafter_options(args), progress)
+    print(format_speed_table(report))
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
+def format_speed_table(report: dict) -> str:
+    lines = [f"{report['prompts']} prompts; plain decoding {report['plain_tokens_per_s']:.1f} tok/s; "
+             f"engine plain vs HF generate {report['engine_plain_vs_hf_generate']:.2f}x "
+             f"(HF greedy equal to ours on {report['hf_generate_lossless']})", ""]
+    header = f"{'config':<18}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
+    lines.append(header)
+    for label, row in report["summary"].items():
+        al = f"{row['al']:.2f}" if row["al"] is not None else "-"
+        versus_hf = row["geomean_speedup_vs_hf_assisted"]
+        lines.append(f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
+                     f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
+                     f"{row['lossless']:>10}")
+    lines += ["", "speedup vs plain by category:"]
+    categories = sorted({row["category"] for row in report["results"]})
+    lines.append(f"{'config':<18}" + "".join(f"{c[:11]:>12}" for c in categories))
+    for label in report["summary"]:
+        name, draft_len = label.rsplit("@", 1)
+        cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"]
+                 if r["drafter"] == name and str(r["draft_len"]) == draft_len}
+        lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""The session shared by drafters that run a language model token by token with their own KV cache
+(an external draft model, or the target's first layers for layer-skip self-speculation).
+
+Each proposal first brings the draft cache in line with the committed sequence (keep the longest
+common prefix, feed the rest; rejected drafts are simply cut away), then drafts D tokens one
+forward at a time, sampling with the target's temperature / top-k / top-p so that q is the exact
+distribution each draft was drawn from. Greedy drafting takes the argmax. Drafting stops early at
+an end-of-sequence token.
+
+Knows nothing about acceptance; `DraftRunner` hides which model does the forward passes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from backend.drafters.base import Draft, DraftRequest, StepOutcome
+from backend.kv import ForwardResult, trim_cache
+from backend.verify import sample, target_probs
+
+
+class DraftRunner(Protocol):
+    vocab_size: int  # the target's vocabulary: q rows are this wide
+
+    def new_cache(self): ...
+
+    def forward(self, tokens: list[int], cache) -> ForwardResult:
+        """Feed tokens on top of the cache; logits for the last position only."""
+        ...
+
+
+class AutoregressiveSession:
+    def __init__(self, runner: DraftRunner, eos_ids: set[int]) -> None:
+        self.runner = runner
+        self.eos_ids = eos_ids
+        self.cache = runner.new_cache()
+        self.cached: list[int] = []  # the token ids whose keys/values the draft cache holds
+
+    def propose(self, request: DraftRequest) -> Draft:
+        tokens, sampling = request.tokens, request.sampling
+        keep = min(_common_prefix(self.cached, tokens), len(tokens) - 1)  # feed at least the newest token
+        trim_cache(self.cache, keep)
+        self.cached = self.cached[:keep]
+        feed = tokens[keep:]
+        drafted: list[int] = []
+        rows: list[torch.Tensor] = []  # q for each draft, [V]
+        confidence: list[float] = []
+        while len(drafted) < request.max_tokens:
+            logits = self._fit_vocab(self.runner.forward(feed, self.cache).logits[-1])  # [V]
+            self.cached.extend(feed)
+            if sampling.greedy:
+                token = int(logits.argmax())
+                confidence.append(float(torch.softmax(logits, dim=-1)[token]))
+            else:
+                q = target_probs(logits[None], sampling)[0]  # [V]
+                token = sample(q, request.generator)
+                rows.append(q)
+                confidence.append(float(q[token]))
+            drafted.append(token)
+            if token in self.eos_ids:
+                break
+            feed = [token]
+        stop = "eos" if drafted and drafted[-1] in self.eos_ids and len(drafted) < request.max_tokens else None
+        probs = torch.stack(rows) if rows else None  # [D, V]
+        return Draft(drafted, probs=probs, confidence=confidence, stop_reason=stop)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass  # the next proposal re-synchronises the cache with the committed sequence
+
+    def close(self) -> None:
+        self.cache = None
+        self.cached = []
+
+    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits [V_draft] -> [V_target]: extra (padding) rows dropped, missing ones at -inf."""
+        size = self.runner.vocab_size
+        if logits.shape[-1] >= size:
+            return logits[:size]
+        return torch.nn.functional.pad(logits, (0, size - logits.shape[-1]), value=float("-inf"))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -1,0 +1,75 @@
+"""Prompt-lookup (n-gram) drafting: copy what followed the last time the current n-gram appeared.
+
+Looks for the longest n-gram (max_n down to min_n) ending the sequence that also occurs earlier in
+prompt + output, and proposes the tokens that followed its most recent earlier occurrence with a full
+draft's worth of tokens after it (else the earliest, which has the longest continuation). This is the
+idea of prompt lookup decoding (Saxena 2023) and vLLM's `ngram` method (`prompt_lookup_min`,
+`prompt_lookup_max`); vLLM keeps the earliest occurrence, we prefer the most recent, which follows
+the text being rewritten more closely when an output copies its input. No model, no probabilities:
+drafts are deterministic (q one-hot).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numpy.lib.stride_tricks import sliding_window_view
+
+from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.errors import SpecScopeError
+
+
+class NgramDrafter:
+    name = "ngram"
+    target_hidden_layers: tuple[int, ...] = ()
+    free_to_propose = True
+
+    def __init__(self, target_tle_per_forward: float, min_n: int = 1, max_n: int = 4) -> None:
+        if not 1 <= min_n <= max_n:
+            raise SpecScopeError(f"ngram needs 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        self.min_n, self.max_n = min_n, max_n
+        self.target_tle_per_forward = target_tle_per_forward
+
+    def cost(self) -> DrafterCost:
+        return DrafterCost(0.0, self.target_tle_per_forward)
+
+    def start(self, prompt: list[int], prompt_hidden: dict[int, torch.Tensor]) -> NgramSession:
+        return NgramSession(self.min_n, self.max_n)
+
+
+class NgramSession:
+    def __init__(self, min_n: int, max_n: int) -> None:
+        self.min_n, self.max_n = min_n, max_n
+
+    def propose(self, request: DraftRequest) -> Draft:
+        tokens = np.asarray(request.tokens, dtype=np.int64)
+        found, matched = find_continuation(tokens, self.min_n, self.max_n, request.max_tokens)
+        if not found:
+            return Draft([], stop_reason="no-match")
+        return Draft(found, evidence=f"n{matched}")
+
+    def observe(self, outcome: StepOutcome) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def find_continuation(tokens: np.ndarray, min_n: int, max_n: int, max_tokens: int) -> tuple[list[int], int]:
+    """(continuation, n): the tokens that followed an earlier occurrence of the longest matching
+    suffix n-gram (the most recent occurrence followed by max_tokens tokens, else the earliest one),
+    and n. ([], 0) when nothing matches.
+
+    >>> find_continuation(np.array([5, 6, 7, 8, 5, 6]), 1, 3, 2)   # "5 6" occurred at 0, then 7 8
+    ([7, 8], 2)
+    """
+    length = len(tokens)
+    for n in range(min(max_n, length - 1), min_n - 1, -1):
+        # candidate starts 0 .. length-n-1: each leaves at least one following token
+        windows = sliding_window_view(tokens[: length - 1], n)  # [length - n, n]
+        hits = np.flatnonzero((windows == tokens[length - n:]).all(axis=1))
+        if hits.size:
+            full = hits[hits + n + max_tokens <= length]
+            start = int(full[-1] if full.size else hits[0]) + n
+            return tokens[start: start + max_tokens].tolist(), n
+    return [], 0

@@ -1,0 +1,183 @@
+"""Suffix decoding (SuffixDecoding, Oliaro et al.; Snowflake Arctic Inference): drafts from suffix trees.
+
+Two depth-bounded suffix tries with occurrence counts:
+  - a local tree per request over its prompt and its output so far;
+  - a global tree over the finished outputs of earlier requests in this process (oldest evicted
+    first beyond `max_cached_requests`), so repeated work gets faster across requests.
+
+To draft, match ever longer suffixes of the sequence in a tree; from each matched node follow the
+most frequent child while the path probability (product of child.count / node.count) stays at or
+above `min_token_prob`, for at most `match_len * max_spec_factor + max_spec_offset` tokens. Score a
+path by the sum of its token probabilities, keep the best-scoring path (ties go to the longer match)
+and the better of the two trees. Drafts are deterministic (q one-hot); the path probabilities are
+reported as the drafter's confidence.
+
+Knows nothing about models; it sees token ids only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.errors import SpecScopeError
+
+
+class Node:
+    __slots__ = ("children", "count")
+
+    def __init__(self) -> None:
+        self.children: dict[int, Node] = {}
+        self.count = 0
+
+
+@dataclass
+class Path:
+    tokens: list[int]
+    probs: list[float]
+    match_len: int
+
+    @property
+    def score(self) -> float:
+        return sum(self.probs)
+
+
+class SuffixTree:
+    """Counts of every substring of length <= max_depth of the sequences added to it."""
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.root = Node()
+        self._active: dict[int, list[Node]] = {}  # per sequence: nodes of the suffixes ending at its end
+
+    def extend(self, sequence_id: int, tokens: list[int]) -> None:
+        """Append tokens to a sequence: each new position adds the substrings ending there."""
+        active = self._active.get(sequence_id, [])
+        for token in tokens:
+            extended = [self.root, *active[: self.max_depth - 1]]  # substrings that may grow by `token`
+            active = []
+            for node in extended:
+                child = node.children.get(token)
+                if child is None:
+                    child = node.children[token] = Node()
+                child.count += 1
+                active.append(child)
+        self._active[sequence_id] = active
+
+    def remove(self, sequence_id: int, tokens: list[int]) -> None:
+        """Subtract a whole sequence added under `sequence_id`, deleting nodes no longer used."""
+        self._active.pop(sequence_id, None)
+        active: list[tuple[Node, Node]] = []  # (parent, node) for the suffixes ending here
+        for token in tokens:
+            parents = [self.root, *(node for _, node in active[: self.max_depth - 1])]
+            active = [(parent, parent.children[token]) for parent in parents]
+            for parent, node in active:
+                node.count -= 1
+                if node.count == 0:
+                    del parent.children[token]
+
+    def best_path(self, context: list[int], max_tokens: int, max_spec_factor: float,
+                  max_spec_offset: float, min_token_prob: float) -> Path:
+        best = Path([], [], 0)
+        for match_len in range(1, min(len(context), self.max_depth - 1) + 1):
+            node = self._walk(context[-match_len:])
+            if node is None:
+                break  # a longer suffix contains this one, so it cannot match either
+            limit = min(max_tokens, int(match_len * max_spec_factor + max_spec_offset))
+            path = self._greedy_path(node, limit, min_token_prob, match_len)
+            if path.score >= best.score:
+                best = path
+        return best
+
+    def _walk(self, tokens: list[int]) -> Node | None:
+        node = self.root
+        for token in tokens:
+            node = node.children.get(token)
+            if node is None:
+                return None
+        return node
+
+    @staticmethod
+    def _greedy_path(node: Node, limit: int, min_token_prob: float, match_len: int) -> Path:
+        tokens: list[int] = []
+        probs: list[float] = []
+        prob = 1.0
+        while len(tokens) < limit and node.children:
+            token, child = max(node.children.items(), key=lambda item: item[1].count)
+            prob *= child.count / node.count
+            if prob < min_token_prob:
+                break
+            tokens.append(token)
+            probs.append(prob)
+            node = child
+        return Path(tokens, probs, match_len)
+
+
+class SuffixDrafter:
+    name = "suffix"
+    target_hidden_layers: tuple[int, ...] = ()
+    free_to_propose = True
+
+    def __init__(self, target_tle_per_forward: float, max_depth: int = 24, max_spec_factor: float = 1.0,
+                 max_spec_offset: float = 0.0, min_token_prob: float = 0.1, max_cached_requests: int = 1000) -> None:
+        if max_depth < 2:
+            raise SpecScopeError(f"suffix max_depth must be at least 2, got {max_depth}")
+        if not 0 <= min_token_prob <= 1:
+            raise SpecScopeError(f"suffix min_token_prob must be in [0, 1], got {min_token_prob}")
+        self.target_tle_per_forward = target_tle_per_forward
+        self.max_depth = max_depth
+        self.max_spec_factor = max_spec_factor
+        self.max_spec_offset = max_spec_offset
+        self.min_token_prob = min_token_prob
+        self.max_cached_requests = max_cached_requests
+        self.global_tree = SuffixTree(max_depth)
+        self._cached: OrderedDict[int, list[int]] = OrderedDict()  # request id -> output, oldest first
+        self._next_id = 0
+
+    def cost(self) -> DrafterCost:
+        return DrafterCost(0.0, self.target_tle_per_forward)
+
+    def start(self, prompt: list[int], prompt_hidden: dict[int, torch.Tensor]) -> SuffixSession:
+        self._next_id += 1
+        return SuffixSession(self, self._next_id, prompt)
+
+    def speculate(self, trees: list[SuffixTree], context: list[int], max_tokens: int) -> Path:
+        paths = [tree.best_path(context, max_tokens, self.max_spec_factor, self.max_spec_offset,
+                                self.min_token_prob) for tree in trees]
+        return max(paths, key=lambda path: path.score)
+
+    def remember(self, request_id: int, output: list[int]) -> None:
+        """Add a finished output to the global tree, evicting the oldest beyond the cap."""
+        if not output or self.max_cached_requests == 0:
+            return
+        self.global_tree.extend(request_id, output)
+        self._cached[request_id] = output
+        while len(self._cached) > self.max_cached_requests:
+            old_id, old_output = self._cached.popitem(last=False)
+            self.global_tree.remove(old_id, old_output)
+
+
+class SuffixSession:
+    def __init__(self, drafter: SuffixDrafter, request_id: int, prompt: list[int]) -> None:
+        self.drafter = drafter
+        self.request_id = request_id
+        self.local_tree = SuffixTree(drafter.max_depth)
+        self.local_tree.extend(0, prompt)
+        self.output: list[int] = []
+
+    def propose(self, request: DraftRequest) -> Draft:
+        context = request.tokens[-self.drafter.max_depth:]
+        path = self.drafter.speculate([self.local_tree, self.drafter.global_tree], context, request.max_tokens)
+        if not path.tokens:
+            return Draft([], stop_reason="no-match")
+        return Draft(path.tokens, confidence=path.probs, evidence=f"m{min(path.match_len, 8)}")
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.local_tree.extend(0, outcome.committed)
+        self.output.extend(outcome.committed)
+
+    def close(self) -> None:
+        self.drafter.remember(self.request_id, self.output)

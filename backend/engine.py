@@ -1,0 +1,223 @@
+"""The draft -> verify -> accept loop for one sequence, emitting one `StepEvent` per step.
+
+    prefill prompt[:-1] into the target's KV cache; the newest committed token x is not yet cached
+    each step:
+        d_1..d_D = drafter.propose(committed tokens)              (D from the draft-length policy)
+        logits   = target([x, d_1..d_D])                          one forward pass, [D+1, V]
+        a, t     = verify(logits, drafts)                         backend/verify.py
+        commit d_1..d_a, t;  trim the cache to drop d_{a+1}..d_D;  x = t
+
+D = 0 is plain autoregressive decoding through the same code: the baseline every speedup is
+measured against. The engine is a generator so a caller (CLI, worker, UI) sees each step as it
+happens. It works on token ids; the tokenizer is only used to check stop strings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from backend.drafters.base import Draft, Drafter, DraftRequest, DraftSession, StepOutcome
+from backend.errors import SpecScopeError
+from backend.kv import cached_forward, new_cache, prepare_for_rollback, trim_cache
+from backend.policy import DraftLengthPolicy, make_policy
+from backend.verify import SamplingParams, greedy_verify, rejection_verify, target_probs
+
+
+@dataclass
+class GenerationSettings:
+    max_new_tokens: int = 128
+    draft_len: int | str = 4  # an int D, or "auto"
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    stop_strings: tuple[str, ...] = ()
+
+
+@dataclass
+class StepEvent:
+    index: int
+    draft_len: int  # the cap on D this step (the fixed D, or auto's current cap); 0 = plain step
+    drafted: list[int]  # the drafts verified this step (auto may verify fewer than were proposed)
+    draft_probs: list[float] | None  # the drafter's probability of each drafted token, where it has one
+    target_probs: list[float]  # the target's probability of each drafted token (softmax at T=1 when greedy)
+    accepted: int  # leading drafts the target kept
+    target_token: int  # the target's own token: bonus if all drafts were kept, else the correction
+    target_token_prob: float
+    emitted: list[int]  # tokens appended to the output (accepted drafts + target token, cut at a stop)
+    draft_s: float
+    verify_s: float
+    stop_reason: str | None = None  # the drafter's reason for a short draft
+    finish_reason: str | None = None  # set on the last step: eos, length, stop, context
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Generation:
+    """One request in flight: iterate it for StepEvents; afterwards read output_ids and timings."""
+
+    def __init__(self, engine: SpeculativeEngine, prompt_ids: list[int], drafter: Drafter | None,
+                 settings: GenerationSettings, decode: Callable[[list[int]], str] | None) -> None:
+        self.engine = engine
+        self.prompt_ids = list(prompt_ids)
+        self.drafter = drafter
+        self.settings = settings
+        self.decode = decode
+        self.policy: DraftLengthPolicy = make_policy(
+            settings.draft_len if drafter is not None else 0,
+            free_drafter=drafter is not None and drafter.free_to_propose,
+        )
+        self.output_ids: list[int] = []
+        self.steps: list[StepEvent] = []
+        self.finish_reason: str | None = None
+        self.prefill_s = 0.0
+        self.decode_s = 0.0
+        self.max_new_tokens = engine.check_request(self.prompt_ids, settings)
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        engine, settings = self.engine, self.settings
+        generator = torch.Generator(device=engine.device).manual_seed(settings.seed)
+        hidden_layers = self.drafter.target_hidden_layers if self.drafter else ()
+        cache = new_cache(engine.model)
+        started = engine.clock()
+        prompt_hidden = engine.prefill(self.prompt_ids[:-1], cache, hidden_layers)
+        session = self.drafter.start(self.prompt_ids, prompt_hidden) if self.drafter else None
+        self.prefill_s = engine.clock() - started
+        committed = list(self.prompt_ids)
+        try:
+            while self.finish_reason is None:
+                event, outcome = self._step(len(self.steps), committed, cache, session, generator, hidden_layers)
+                committed.extend(event.emitted)
+                self.output_ids.extend(event.emitted)
+                self.decode_s += event.draft_s + event.verify_s
+                self.steps.append(event)
+                if session is not None:
+                    session.observe(outcome)
+                yield event
+        finally:
+            if session is not None:
+                session.close()
+
+    def run(self) -> Generation:
+        for _ in self:
+            pass
+        return self
+
+    def _step(self, index: int, committed: list[int], cache, session: DraftSession | None,
+              generator: torch.Generator, hidden_layers: tuple[int, ...]) -> tuple[StepEvent, StepOutcome]:
+        engine, sampling, policy = self.engine, self.settings.sampling, self.policy
+        remaining = self.max_new_tokens - len(self.output_ids)
+        cap = min(policy.cap, remaining - 1)
+        started = engine.clock()
+        draft, verified = Draft([]), 0
+        if session is not None and cap > 0:
+            if self.drafter.free_to_propose:  # look first, then decide how much of it to verify
+                draft = session.propose(DraftRequest(committed, cap, sampling, generator))
+                verified = policy.choose(len(draft.tokens), draft.evidence)
+            else:  # decide first: every drafted token costs a forward pass
+                verified = policy.choose(cap, None)
+                if verified:
+                    draft = session.propose(DraftRequest(committed, verified, sampling, generator))
+        drafted = draft.tokens[:verified]
+        draft_s = engine.clock() - started
+
+        started = engine.clock()
+        result = engine.forward([committed[-1], *drafted], cache, bool(hidden_layers))
+        logits = result.logits  # [k+1, V]
+        drafted_tensor = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [k]
+        if sampling.greedy:
+            verdict = greedy_verify(logits, drafted_tensor)
+            shown = torch.softmax(logits, dim=-1)  # [k+1, V] what the UI shows on hover
+        else:
+            shown = target_probs(logits, sampling)
+            draft_probs = draft.probs[: len(drafted)] if draft.probs is not None else None
+            verdict = rejection_verify(shown, drafted_tensor, draft_probs, generator)
+        trim_cache(cache, keep=len(committed) + verdict.accepted)
+        verify_s = engine.clock() - started
+
+        new_tokens = [*drafted[: verdict.accepted], verdict.token]
+        emitted, finish = self._apply_stops(new_tokens, remaining)
+        first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
+        policy.observe(len(drafted), verdict.accepted, draft_s + verify_s, draft.evidence, first_matched)
+        self.finish_reason = finish
+        positions = range(len(drafted))
+        event = StepEvent(
+            index=index,
+            draft_len=cap,
+            drafted=drafted,
+            draft_probs=draft.confidence[: len(drafted)] if draft.confidence is not None else None,
+            target_probs=[float(shown[i, drafted[i]]) for i in positions],
+            accepted=verdict.accepted,
+            target_token=verdict.token,
+            target_token_prob=float(shown[verdict.accepted, verdict.token]),
+            emitted=emitted,
+            draft_s=draft_s,
+            verify_s=verify_s,
+            stop_reason=draft.stop_reason if len(drafted) < cap else None,
+            finish_reason=finish,
+        )
+        hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
+        return event, StepOutcome(committed=new_tokens, accepted=verdict.accepted, hidden=hidden)
+
+    def _apply_stops(self, new_tokens: list[int], remaining: int) -> tuple[list[int], str | None]:
+        """Cut this step's tokens at EOS, a stop string, the token budget or the context end."""
+        for i, token in enumerate(new_tokens):
+            if token in self.engine.eos_ids:
+                return new_tokens[: i + 1], "eos"
+        if self.settings.stop_strings and self.decode is not None:
+            for end in range(1, len(new_tokens) + 1):
+                text = self.decode(self.output_ids + new_tokens[:end])
+                if any(stop in text for stop in self.settings.stop_strings):
+                    return new_tokens[:end], "stop"
+        if len(new_tokens) >= remaining:
+            finish = "context" if self.max_new_tokens < self.settings.max_new_tokens else "length"
+            return new_tokens[:remaining], finish
+        return new_tokens, None
+
+
+class SpeculativeEngine:
+    """Holds the target model; each `generate` call is an independent request."""
+
+    def __init__(self, model, eos_ids: set[int], max_context: int) -> None:
+        self.model = model
+        self.device = model.device
+        self.eos_ids = set(eos_ids)
+        self.max_context = max_context
+
+    def generate(self, prompt_ids: list[int], drafter: Drafter | None, settings: GenerationSettings,
+                 decode: Callable[[list[int]], str] | None = None) -> Generation:
+        return Generation(self, prompt_ids, drafter, settings, decode)
+
+    def check_request(self, prompt_ids: list[int], settings: GenerationSettings) -> int:
+        """Validate a request; return how many new tokens it may generate (the context may cap it)."""
+        if not prompt_ids:
+            raise SpecScopeError("the prompt is empty: give at least one token of text")
+        if settings.max_new_tokens < 1:
+            raise SpecScopeError(f"max_new_tokens must be at least 1, got {settings.max_new_tokens}")
+        room = self.max_context - len(prompt_ids)
+        if room < 1:
+            raise SpecScopeError(
+                f"the prompt has {len(prompt_ids)} tokens but the model's context is {self.max_context}: shorten it"
+            )
+        return min(settings.max_new_tokens, room)
+
+    def prefill(self, tokens: list[int], cache, hidden_layers: tuple[int, ...]) -> dict[int, torch.Tensor]:
+        """Cache the prompt (all but its last token); return the requested hidden states for it."""
+        hidden: dict[int, torch.Tensor] = {}
+        if tokens:
+            result = cached_forward(self.model, tokens, cache, want_hidden=bool(hidden_layers), logits_to_keep=1)
+            hidden = {layer: result.hidden[layer] for layer in hidden_layers}
+        prepare_for_rollback(cache)
+        return hidden
+
+    def forward(self, tokens: list[int], cache, want_hidden: bool):
+        return cached_forward(self.model, tokens, cache, want_hidden=want_hidden)
+
+    def clock(self) -> float:
+        """Wall time, after waiting for queued GPU work so timings are real."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()

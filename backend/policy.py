@@ -1,0 +1,155 @@
+"""How many drafted tokens to verify at each step: a fixed D, or `auto`.
+
+`auto` keeps a cap on D that doubles after a step that accepted every draft and falls to one more
+than what was accepted after a rejection, bounded by [2, d_max]. Below the cap it verifies the number
+of drafts k that maximises the expected tokens per second on this hardware:
+
+    E[tokens | k] = 1 + p1 * (1 + r + ... + r^(k-1))   (the target's own token + expected accepted drafts)
+    k* = argmax_k  E[tokens | k] / t(k)                  k = 0 is plain decoding
+
+where t(k) is the measured time of a step that verified k drafts (drafting included), p1 the
+acceptance rate of a first draft token and r that of each later one given the previous was accepted
+(a geometric model of acceptance, as in Leviathan et al. §3). p1 is kept per "evidence" label the
+drafter attaches to a draft (e.g. how many tokens of context its match covered), so weak matches
+stop costing time while strong ones are verified in full. All estimates are decayed counts, so the
+policy follows the text as it moves between copying and free writing.
+
+This matters most on a CPU, where verifying 2 tokens already costs far more than verifying 1. A free
+drafter (table lookup) proposes every step, verified or not, and its unverified first token is scored
+against the token the target produced, so the policy notices when drafts start matching again; a
+costly drafter is probed for real every `probe_every` plain steps instead.
+
+It knows nothing about models or drafters beyond those numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from backend.errors import SpecScopeError
+
+MAX_DRAFT_LEN = 64
+
+
+class DraftLengthPolicy(Protocol):
+    label: str
+    cap: int  # the most drafts the policy may verify next step: what a drafter is asked for
+
+    def choose(self, available: int, evidence: str | None) -> int:
+        """How many of `available` drafted tokens to verify (0 = a plain step)."""
+        ...
+
+    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
+                first_matched: bool | None) -> None:
+        """What a step did: `first_matched` tells whether the first draft equalled the target's token
+        (known for a verified draft, and for an unverified one by comparing it afterwards)."""
+        ...
+
+
+class FixedDraftLength:
+    def __init__(self, draft_len: int) -> None:
+        self.cap = draft_len
+        self.label = str(draft_len)
+
+    def choose(self, available: int, evidence: str | None) -> int:
+        return min(self.cap, available)
+
+    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
+                first_matched: bool | None) -> None:
+        pass
+
+
+class DecayedRate:
+    """successes / trials with old observations fading by `decay` per update; starts at prior."""
+
+    def __init__(self, prior: float, decay: float, prior_weight: float = 2.0) -> None:
+        self.successes = prior * prior_weight
+        self.trials = prior_weight
+        self.decay = decay
+
+    @property
+    def value(self) -> float:
+        return self.successes / self.trials
+
+    def add(self, successes: int, trials: int) -> None:
+        self.successes = self.decay * self.successes + successes
+        self.trials = self.decay * self.trials + trials
+
+
+class AdaptiveDraftLength:
+    label = "auto"
+
+    def __init__(self, free_drafter: bool, d_max: int = 32, d_start: int = 4, decay: float = 0.8,
+                 probe_every: int = 16) -> None:
+        self.free_drafter = free_drafter
+        self.d_max = d_max
+        self.cap = min(d_start, d_max)
+        self.decay = decay
+        self.probe_every = probe_every
+        self.first: dict[str | None, DecayedRate] = {}  # p1 per evidence label
+        self.later = DecayedRate(prior=0.5, decay=decay)  # r
+        self.step_seconds: dict[int, float] = {}  # drafts verified -> smoothed seconds per step
+        self.plain_steps_in_a_row = 0
+
+    def choose(self, available: int, evidence: str | None) -> int:
+        available = min(available, self.cap)
+        if available == 0:
+            return 0
+        if not self.free_drafter and self.plain_steps_in_a_row >= self.probe_every:
+            return available  # a costly drafter cannot shadow-draft: probe it for real now and then
+        plain = self.step_seconds.get(0)
+        if plain is None:
+            return 0  # measure a plain step first: every decision compares against it
+        if not any(k > 0 for k in self.step_seconds):
+            return available  # drafting not measured yet: try it
+        p1 = self._first_rate(evidence).value
+        r = min(self.later.value, 0.999)
+        best_k, best_rate = 0, 1.0 / plain
+        for k in range(1, available + 1):
+            expected_tokens = 1.0 + p1 * (1.0 - r**k) / (1.0 - r)
+            rate = expected_tokens / self._seconds_for(k)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
+                first_matched: bool | None) -> None:
+        previous = self.step_seconds.get(verified)
+        self.step_seconds[verified] = seconds if previous is None else 0.7 * previous + 0.3 * seconds
+        if first_matched is not None:
+            self._first_rate(evidence).add(int(first_matched), 1)
+        if verified == 0:
+            self.plain_steps_in_a_row += 1
+            return
+        self.plain_steps_in_a_row = 0
+        if accepted >= 1:  # positions 2..verified, each tried only if the one before it was accepted
+            rejected = accepted < verified
+            self.later.add(accepted - 1, accepted - 1 + int(rejected))
+        if accepted == verified:
+            self.cap = min(self.d_max, 2 * self.cap)
+        else:
+            self.cap = max(2, accepted + 1)
+
+    def _first_rate(self, evidence: str | None) -> DecayedRate:
+        if evidence not in self.first:
+            self.first[evidence] = DecayedRate(prior=0.5, decay=self.decay)
+        return self.first[evidence]
+
+    def _seconds_for(self, draft_len: int) -> float:
+        """Measured step time at this k, else at the nearest measured k > 0 (the larger on a tie)."""
+        nearest = min((k for k in self.step_seconds if k > 0), key=lambda k: (abs(k - draft_len), -k))
+        return self.step_seconds[nearest]
+
+
+def make_policy(draft_len: int | str, free_drafter: bool) -> DraftLengthPolicy:
+    """`draft_len` is an int D (0 = plain decoding) or "auto"."""
+    if draft_len == "auto":
+        return AdaptiveDraftLength(free_drafter=free_drafter)
+    try:
+        value = int(draft_len)
+    except (TypeError, ValueError) as error:
+        raise SpecScopeError(f"draft length must be an integer 0..{MAX_DRAFT_LEN} or 'auto', "
+                             f"got {draft_len!r}") from error
+    if not 0 <= value <= MAX_DRAFT_LEN:
+        raise SpecScopeError(f"draft length must be between 0 and {MAX_DRAFT_LEN} (or 'auto'), got {value}")
+    return FixedDraftLength(value)

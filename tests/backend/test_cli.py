@@ -1,0 +1,130 @@
+"""`python -m backend` as a user runs it: real subprocesses, a tiny model folder, the real default."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backend.cli import main
+from tests.tiny import save_tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tiny, tmp_path_factory) -> str:
+    return str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
+
+
+@pytest.fixture(scope="module")
+def tiny_suite(tmp_path_factory) -> str:
+    suite = tmp_path_factory.mktemp("suites") / "question.jsonl"
+    lines = [
+        {"question_id": 1, "category": "copy", "turns": ["w5 w9 w13 w5 w9 w13"]},
+        {"question_id": 2, "category": "chat", "turns": ["w20 w21", "w22 w23"]},
+    ]
+    suite.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(suite)
+
+
+@pytest.mark.parametrize("command", [[], ["generate"], ["bench"], ["bench", "speed"]])
+def test_every_command_has_help(command):
+    result = cli(*command, "--help")
+    assert "usage:" in result.stdout
+
+
+def test_generate_json_is_lossless_and_complete(tiny_folder):
+    common = ["generate", "--prompt", "w5 w9 w13 w5 w9 w13", "--target", tiny_folder, "--max-new-tokens", "30",
+              "--json"]
+    plain = json.loads(cli(*common, "--draft-len", "0").stdout)
+    spec = json.loads(cli(*common, "--drafter", "ngram", "--draft-len", "4").stdout)
+    assert spec["output_ids"] == plain["output_ids"] and len(plain["output_ids"]) > 0
+    assert spec["text"] == plain["text"]
+    summary_keys = {"al", "acceptance_rate", "new_tokens", "target_forwards", "decode_s", "tokens_per_s"}
+    assert summary_keys <= spec["summary"].keys()
+    assert spec["summary"]["new_tokens"] == len(spec["output_ids"])
+    assert spec["summary"]["target_forwards"] == len(spec["steps"])
+    step = spec["steps"][0]
+    step_keys = {"index", "drafted", "draft_probs", "accepted", "target_token", "emitted", "draft_s", "verify_s"}
+    assert step_keys <= step.keys()
+
+
+def test_generate_text_marks_accepted_drafts(tiny_folder):
+    out = cli("generate", "--prompt", "w5 w9 w13 w5 w9 w13", "--target", tiny_folder, "--drafter", "suffix",
+              "--draft-len", "8", "--max-new-tokens", "40").stdout
+    assert "[[" in out and "]]" in out
+    assert "AL " in out and "target forwards" in out
+
+
+def test_generate_suite_prints_one_json_line_per_prompt(tiny_folder, tiny_suite):
+    out = cli("generate", "--suite", tiny_suite, "--target", tiny_folder, "--drafter", "suffix",
+              "--max-new-tokens", "12", "--json").stdout
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [(r["question_id"], r["category"]) for r in records] == [(1, "copy"), (2, "chat")]
+    assert len(records[1]["turns"]) == 2 and all("output_ids" in r and "summary" in r for r in records)
+
+
+def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
+    result = cli("bench", "speed", "--suite", tiny_suite, "--target", tiny_folder, "--drafters", "ngram,suffix",
+                 "--draft-lens", "2,auto", "--max-new-tokens", "16", "--json")
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert set(report["summary"]) == {"ngram@2", "ngram@auto", "suffix@2", "suffix@auto", "hf-assisted@2"}
+    for row in report["summary"].values():
+        assert {"geomean_speedup_vs_plain", "geomean_speedup_vs_hf_assisted", "worst_category_speedup", "al",
+                "lossless"} <= row.keys()
+        assert row["lossless"] == "2/2"
+    row = report["results"][0]
+    assert {"drafter", "draft_len", "category", "al", "tokens_per_s", "speedup_vs_plain", "speedup_vs_hf_assisted",
+            "lossless"} <= row.keys()
+    assert "it" in result.stderr or "run" in result.stderr  # the progress bar
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "--prompt", ""], "prompt is empty"),
+        (["generate", "--prompt", "hi", "--draft-len", "-3"], "between 0 and 64"),
+        (["generate", "--prompt", "hi", "--draft-len", "500"], "between 0 and 64"),
+        (["generate", "--prompt", "hi", "--temperature", "-1"], "temperature must be >= 0"),
+        (["generate", "--prompt", "hi", "--drafter", "nope"], "unknown drafter"),
+        (["generate", "--prompt", "hi", "--target", "/missing/model"], "no such model folder"),
+        (["generate", "--prompt-file", "/missing/prompt.txt"], "cannot read prompt file"),
+        (["generate", "--suite", "/missing/suite.jsonl"], "no such prompt suite"),
+        (["bench", "speed", "--suite", "/missing.jsonl", "--drafters", "bogus"], "unknown drafter"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, message, tiny_folder, capsys):
+    """In-process (the same `main` the subprocess runs) to keep the suite fast."""
+    if "--target" not in args and args[0] == "generate" and "--suite" not in args:
+        args = [*args, "--target", tiny_folder]
+    assert main(args) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("error:") and message in stderr and stderr.count("\n") == 1
+
+
+def test_prompt_longer_than_the_context(tiny_folder, tmp_path):
+    prompt = tmp_path / "long.txt"
+    prompt.write_text(" ".join(["w7"] * 600))  # the tiny model's context is 512
+    result = cli("generate", "--prompt-file", str(prompt), "--target", tiny_folder, check=False)
+    assert result.returncode == 2 and "context is 512" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_suffix_decoding_on_the_embedded_default():
+    result = cli("generate", "--prompt", "Repeat exactly: the quick brown fox jumps over the lazy dog.",
+                 "--drafter", "suffix", "--draft-len", "8", "--max-new-tokens", "40", "--json")
+    record = json.loads(result.stdout)
+    assert "fox" in record["text"]
+    assert record["summary"]["al"] > 1.0 and record["summary"]["new_tokens"] == len(record["output_ids"])

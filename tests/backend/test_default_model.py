@@ -1,0 +1,74 @@
+"""Losslessness on the real embedded default model (SmolLM2-135M-Instruct): every drafter's greedy
+output equals the target's own greedy output, and Hugging Face `generate`'s, token for token."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.drafters import DrafterOptions, build_drafter
+from backend.engine import GenerationSettings
+from backend.prompts import DEFAULT_SUITE, load_suite
+from backend.runner import Runner
+
+pytestmark = pytest.mark.slow
+MAX_NEW = 48
+CATEGORIES = ["code_editing", "summarization", "multi_turn"]
+
+
+@pytest.fixture(scope="module")
+def runner(default_model):
+    return Runner(default_model)
+
+
+@pytest.fixture(scope="module")
+def questions():
+    suite = load_suite(DEFAULT_SUITE)
+    return [next(q for q in suite if q.category == c) for c in CATEGORIES]
+
+
+@pytest.fixture(scope="module")
+def plain(runner, questions):
+    return {q.question_id: runner.run(q.turns, None, GenerationSettings(MAX_NEW, draft_len=0)) for q in questions}
+
+
+@torch.inference_mode()
+def test_plain_engine_equals_hugging_face_generate(default_model, plain):
+    for result in plain.values():
+        for turn in result.turns:
+            inputs = torch.tensor([turn.prompt_ids])
+            hf = default_model.model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=MAX_NEW,
+                                              do_sample=False, pad_token_id=2)
+            assert hf[0, len(turn.prompt_ids):].tolist() == turn.output_ids
+
+
+@pytest.mark.parametrize("name", ["ngram", "suffix"])
+@pytest.mark.parametrize("draft_len", [2, 8, "auto"])
+def test_lookup_drafters_are_lossless(runner, questions, plain, name, draft_len):
+    drafter = build_drafter(name, runner.target)
+    for question in questions:
+        result = runner.run(question.turns, drafter, GenerationSettings(MAX_NEW, draft_len=draft_len))
+        assert result.output_ids == plain[question.question_id].output_ids
+
+
+def test_code_editing_drafts_are_mostly_accepted_when_copying(runner, questions):
+    """Not vacuous: on a code-editing prompt the lookup drafters do get long drafts accepted."""
+    drafter = build_drafter("suffix", runner.target)
+    result = runner.run(questions[0].turns, drafter, GenerationSettings(MAX_NEW, draft_len=8))
+    assert max(step.accepted for step in result.steps) >= 4
+
+
+def test_layerskip_is_lossless(runner, questions, plain):
+    drafter = build_drafter("layerskip", runner.target, DrafterOptions(layerskip_exit_layer=20))
+    result = runner.run(questions[1].turns, drafter, GenerationSettings(MAX_NEW, draft_len=3))
+    assert result.output_ids == plain[questions[1].question_id].output_ids
+
+
+def test_draft_model_path_with_a_real_gguf_pair(runner, questions, plain):
+    """The external-draft path end to end with a real model as the draft (the default drafting for
+    itself, so every draft must be accepted)."""
+    drafter = build_drafter("draft-model", runner.target, DrafterOptions(draft_model="default"))
+    result = runner.run(questions[2].turns, drafter, GenerationSettings(MAX_NEW, draft_len=4))
+    assert result.output_ids == plain[questions[2].question_id].output_ids
+    drafting = [s for s in result.steps if s.drafted]
+    assert drafting and all(s.accepted == len(s.drafted) for s in drafting)

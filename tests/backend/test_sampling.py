@@ -1,0 +1,101 @@
+"""Speculative sampling through the engine samples from the target's distribution.
+
+For a tiny random model with 12 tokens, the exact joint distribution of the first two generated
+tokens is computed from the target's logits (after the same temperature / top-k / top-p), and the
+engine's samples with each drafter are compared to it with a chi-square goodness-of-fit test at
+significance 0.001. A deliberately broken acceptance rule must fail the same test (power check).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import backend.engine
+from backend.drafters.draft_model import DraftModelDrafter
+from backend.drafters.ngram import NgramDrafter
+from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.verify import SamplingParams, Verdict, target_probs
+from tests.tiny import tiny_llama, tiny_tokenizer
+
+VOCAB = 12
+PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
+SAMPLES = 1500
+SIGNIFICANCE = 1e-3
+
+
+@pytest.fixture(scope="module")
+def pair():
+    tokenizer = tiny_tokenizer(VOCAB)
+    target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
+                        tokenizer=tokenizer)
+    draft = tiny_llama(seed=4, vocab_size=VOCAB, layers=1, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
+                       tokenizer=tokenizer)
+    return target, draft
+
+
+@torch.inference_mode()
+def exact_joint(target, sampling: SamplingParams) -> torch.Tensor:
+    """P(t1, t2) as a [V, V] table, from the target's processed next-token distributions."""
+    def next_probs(ids):
+        return target_probs(target.model(torch.tensor([ids])).logits[0, -1:], sampling)[0]
+
+    first = next_probs(PROMPT)  # [V]
+    return torch.stack([first[t] * next_probs(PROMPT + [t]) for t in range(VOCAB)])  # [V, V]
+
+
+def sampled_joint(target, drafter, sampling: SamplingParams, draft_len) -> torch.Tensor:
+    engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64)
+    counts = torch.zeros(VOCAB, VOCAB)
+    for seed in range(SAMPLES):
+        # 3 new tokens: the first step drafts 2 (the cap leaves room for the target's own token)
+        settings = GenerationSettings(max_new_tokens=3, draft_len=draft_len, sampling=sampling, seed=seed)
+        out = engine.generate(PROMPT, drafter, settings).run().output_ids
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def goodness_of_fit(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Chi-square p-value; cells expecting fewer than 5 samples are pooled into one. A sample in a
+    cell of probability zero (outside top-k / top-p) fails outright."""
+    expected = (probs * counts.sum()).flatten()
+    observed = counts.flatten()
+    assert observed[expected == 0].sum() == 0, "sampled a token the target gives probability zero"
+    small = (expected < 5) & (expected > 0)
+    keep = expected >= 5
+    expected = torch.cat([expected[keep], expected[small].sum()[None]])
+    observed = torch.cat([observed[keep], observed[small].sum()[None]])
+    if expected[-1] == 0:
+        expected, observed = expected[:-1], observed[:-1]
+    expected = expected * observed.sum() / expected.sum()
+    return float(chisquare(observed.numpy(), expected.numpy()).pvalue)
+
+
+SETTINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6, top_p=0.9)]
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
+def test_draft_model_sampling_matches_the_target(pair, sampling):
+    target, draft = pair
+    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
+    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
+
+
+def test_deterministic_drafts_sampling_matches_the_target(pair):
+    target, _ = pair
+    sampling = SamplingParams(temperature=1.0)
+    counts = sampled_joint(target, NgramDrafter(1.0, 1, 3), sampling, draft_len=3)
+    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
+
+
+def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):
+    target, draft = pair
+
+    def accept_all(probs, drafted, draft_probs, generator):
+        return Verdict(len(drafted), int(torch.multinomial(probs[len(drafted)], 1, generator=generator)))
+
+    monkeypatch.setattr(backend.engine, "rejection_verify", accept_all)
+    sampling = SamplingParams(temperature=1.0)
+    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
+    assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
