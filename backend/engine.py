@@ -24,7 +24,7 @@ from backend.drafters.base import Draft, Drafter, DraftRequest, DraftSession, St
 from backend.errors import SpecScopeError
 from backend.kv import cached_forward, new_cache, prepare_for_rollback, trim_cache
 from backend.policy import DraftLengthPolicy, make_policy
-from backend.verify import SamplingParams, greedy_verify, rejection_verify, target_probs
+from backend.verify import SamplingParams, greedy_verify, rejection_verify, replay_verify, target_probs
 
 
 @dataclass
@@ -60,8 +60,10 @@ class Generation:
     """One request in flight: iterate it for StepEvents; afterwards read output_ids and timings."""
 
     def __init__(self, engine: SpeculativeEngine, prompt_ids: list[int], drafter: Drafter | None,
-                 settings: GenerationSettings, decode: Callable[[list[int]], str] | None) -> None:
+                 settings: GenerationSettings, decode: Callable[[list[int]], str] | None,
+                 reference: list[int] | None = None) -> None:
         self.engine = engine
+        self.reference = reference  # replay: verify against this target rollout instead of sampling
         self.prompt_ids = list(prompt_ids)
         self.drafter = drafter
         self.settings = settings
@@ -76,6 +78,8 @@ class Generation:
         self.prefill_s = 0.0
         self.decode_s = 0.0
         self.max_new_tokens = engine.check_request(self.prompt_ids, settings)
+        if reference is not None:
+            self.max_new_tokens = min(self.max_new_tokens, len(reference))
 
     def __iter__(self) -> Iterator[StepEvent]:
         engine, settings = self.engine, self.settings
@@ -128,7 +132,10 @@ class Generation:
         result = engine.forward([committed[-1], *drafted], cache, bool(hidden_layers))
         logits = result.logits  # [k+1, V]
         drafted_tensor = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [k]
-        if sampling.greedy:
+        if self.reference is not None:
+            verdict = replay_verify(self.reference[len(self.output_ids):], drafted)
+            shown = torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)
+        elif sampling.greedy:
             verdict = greedy_verify(logits, drafted_tensor)
             shown = torch.softmax(logits, dim=-1)  # [k+1, V] what the UI shows on hover
         else:
@@ -188,8 +195,9 @@ class SpeculativeEngine:
         self.max_context = max_context
 
     def generate(self, prompt_ids: list[int], drafter: Drafter | None, settings: GenerationSettings,
-                 decode: Callable[[list[int]], str] | None = None) -> Generation:
-        return Generation(self, prompt_ids, drafter, settings, decode)
+                 decode: Callable[[list[int]], str] | None = None, reference: list[int] | None = None) -> Generation:
+        """A request; with `reference` (a target rollout) drafts are scored against it (replay)."""
+        return Generation(self, prompt_ids, drafter, settings, decode, reference)
 
     def check_request(self, prompt_ids: list[int], settings: GenerationSettings) -> int:
         """Validate a request; return how many new tokens it may generate (the context may cap it)."""

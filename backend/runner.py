@@ -6,7 +6,7 @@ Knows nothing about how results are printed or stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from backend.drafters.base import Drafter
@@ -76,19 +76,26 @@ class Runner:
     def decode(self, ids: list[int]) -> str:
         return self.target.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def run(self, turns: list[str] | tuple[str, ...], drafter: Drafter | None, settings: GenerationSettings,
-            on_step: Callable[[int, StepEvent], None] | None = None) -> RunResult:
-        """Answer each turn in order, every turn seeing the earlier answers; on_step(turn, event) streams."""
-        results: list[TurnResult] = []
+    def stream(self, turns: list[str] | tuple[str, ...], drafter: Drafter | None, settings: GenerationSettings,
+               reference: list[list[int]] | None = None) -> Iterator[tuple[int, StepEvent | TurnResult]]:
+        """Answer each turn in order, every turn seeing the earlier answers. Yields (turn, StepEvent)
+        for every step and (turn, TurnResult) when a turn ends. With `reference` (one target rollout
+        per turn) the drafts are scored against that rollout instead of the target's choices."""
+        answers: list[str] = []
         for index in range(len(turns)):
-            prompt_ids = encode_conversation(self.target.tokenizer, list(turns[: index + 1]),
-                                             [r.text for r in results], self.use_chat_template)
+            prompt_ids = encode_conversation(self.target.tokenizer, list(turns[: index + 1]), answers,
+                                             self.use_chat_template)
             turn_settings = replace(settings, seed=settings.seed + index)
-            generation = self.engine.generate(prompt_ids, drafter, turn_settings, decode=self.decode)
+            generation = self.engine.generate(prompt_ids, drafter, turn_settings, decode=self.decode,
+                                              reference=reference[index] if reference is not None else None)
             for event in generation:
-                if on_step is not None:
-                    on_step(index, event)
-            results.append(TurnResult(prompt_ids, generation.output_ids, self.decode(generation.output_ids),
-                                      generation.steps, generation.prefill_s, generation.decode_s,
-                                      generation.finish_reason))
-        return RunResult(results)
+                yield index, event
+            result = TurnResult(prompt_ids, generation.output_ids, self.decode(generation.output_ids),
+                                generation.steps, generation.prefill_s, generation.decode_s, generation.finish_reason)
+            answers.append(result.text)
+            yield index, result
+
+    def run(self, turns: list[str] | tuple[str, ...], drafter: Drafter | None, settings: GenerationSettings,
+            reference: list[list[int]] | None = None) -> RunResult:
+        return RunResult([item for _, item in self.stream(turns, drafter, settings, reference)
+                          if isinstance(item, TurnResult)])

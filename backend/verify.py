@@ -78,6 +78,18 @@ def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict
     return Verdict(accepted, int(best[accepted]))
 
 
+def replay_verify(reference: list[int], drafted: list[int]) -> Verdict:
+    """Replay against a fixed target rollout (to compare drafters on identical text): keep drafts
+    while they equal the rollout; the target's token is the rollout's next one.
+
+    a = max{k : d_i = y_i for all i <= k};   token = y_{a+1}      (y = the rollout from here on)
+    """
+    accepted = 0
+    while accepted < len(drafted) and drafted[accepted] == reference[accepted]:
+        accepted += 1
+    return Verdict(accepted, reference[accepted])
+
+
 def rejection_verify(
     probs: torch.Tensor,
     drafted: torch.Tensor,

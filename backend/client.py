@@ -1,0 +1,84 @@
+"""The small HTTP client the dashboard (and scripts) use to talk to the worker.
+
+Streams come back as iterators of record dicts; closing an iterator (or abandoning it) closes the
+connection, which the worker takes as a cancel. Errors become `WorkerError` with a message a person
+can act on. Knows nothing about Streamlit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+class WorkerError(Exception):
+    """The worker refused a request or could not be reached; the message says what to do."""
+
+
+class WorkerClient:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 10.0) -> None:
+        self.url = (url or os.environ.get("SPECSCOPE_WORKER_URL") or DEFAULT_URL).rstrip("/")
+        token = token or os.environ.get("SPECSCOPE_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def health(self) -> dict:
+        return self._get("/health")
+
+    def models(self) -> dict:
+        return self._get("/models")
+
+    def runs(self, **filters) -> list[dict]:
+        return self._get("/runs", params={k: v for k, v in filters.items() if v not in (None, "")})
+
+    def run(self, run_id: str) -> dict:
+        return self._get(f"/runs/{run_id}")
+
+    def generate(self, **body) -> Iterator[dict]:
+        return self._stream("/generate", body)
+
+    def compare(self, **body) -> Iterator[dict]:
+        return self._stream("/compare", body)
+
+    def _get(self, path: str, params: dict | None = None):
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from error
+        return self._json(response)
+
+    def _stream(self, path: str, body: dict) -> Iterator[dict]:
+        try:
+            with self._http.stream("POST", path, json=body, timeout=httpx.Timeout(10.0, read=None)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    self._json(response)
+                for line in response.iter_lines():
+                    if line:
+                        record = json.loads(line)
+                        if record.get("type") == "error":
+                            raise WorkerError(record["message"])
+                        yield record
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from error
+
+    def _json(self, response: httpx.Response):
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error") or response.text
+            except ValueError:
+                message = response.text
+            raise WorkerError(f"the worker refused the request ({response.status_code}): {message}")
+        return response.json()
+
+    def _unreachable(self, error: Exception) -> WorkerError:
+        return WorkerError(f"cannot reach the SpecScope worker at {self.url} ({type(error).__name__}): start it "
+                           "with `python -m backend worker`, or set SPECSCOPE_WORKER_URL to where it runs")
+
+    def close(self) -> None:
+        self._http.close()

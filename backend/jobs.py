@@ -1,0 +1,109 @@
+"""One compute job at a time, first come first served, with results streamed back as records.
+
+The worker's HTTP handlers are asynchronous; the engine is not. A `Job` is run on the single compute
+thread and pushes records (plain dicts) into an asyncio queue the handler drains. A handler whose
+client went away sets `cancelled`; the job notices between engine steps and stops, and a job still
+waiting in line is skipped.
+
+Knows nothing about models or HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobCancelled(Exception):
+    """Raised inside a job when its client has gone."""
+
+
+@dataclass
+class Job:
+    kind: str
+    request: Any
+    loop: asyncio.AbstractEventLoop
+    records: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def emit(self, record: dict) -> None:
+        """Called from the compute thread."""
+        self.loop.call_soon_threadsafe(self.records.put_nowait, record)
+
+    def check(self) -> None:
+        if self.cancelled.is_set():
+            raise JobCancelled
+
+
+_DONE = {"type": "__done__"}
+
+
+class Scheduler:
+    def __init__(self, execute: Callable[[Job], None]) -> None:
+        self.execute = execute
+        self._pending: deque[Job] = deque()
+        self._running: Job | None = None
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="compute", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        with self._wake:
+            self._pending.append(job)
+            self._wake.notify()
+
+    def position(self, job: Job) -> int:
+        """0 while running (or done), else how many jobs are ahead of it."""
+        with self._wake:
+            if job not in self._pending:
+                return 0
+            ahead = list(self._pending).index(job)
+            return ahead + (self._running is not None)
+
+    @property
+    def queue_length(self) -> int:
+        with self._wake:
+            return len(self._pending) + (self._running is not None)
+
+    async def stream(self, job: Job) -> AsyncIterator[dict]:
+        """Submit the job and yield its records; report the place in line while it waits."""
+        self.submit(job)
+        reported = None
+        try:
+            while True:
+                try:
+                    record = await asyncio.wait_for(job.records.get(), timeout=0.25)
+                except TimeoutError:
+                    place = self.position(job)
+                    if place and place != reported:
+                        reported = place
+                        yield {"type": "queued", "position": place}
+                    continue
+                if record is _DONE:
+                    return
+                yield record
+        finally:
+            job.cancelled.set()  # finished, or the client went away: either way nothing more is wanted
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending:
+                    self._wake.wait()
+                job = self._pending.popleft()
+                self._running = job
+            try:
+                if not job.cancelled.is_set():
+                    self.execute(job)
+            except JobCancelled:
+                pass
+            except Exception as error:  # a bug: report it to the client rather than kill the thread
+                job.emit({"type": "error", "message": f"internal error: {type(error).__name__}: {error}"})
+            finally:
+                with self._wake:
+                    self._running = None
+                job.emit(_DONE)

@@ -1,0 +1,82 @@
+"""Models the worker keeps loaded, least recently used first out when over a memory budget, and the
+drafters built on them (a drafter such as `suffix` keeps a global tree across requests, so it must
+outlive one request).
+
+Knows nothing about HTTP or decoding.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+
+from backend.drafters import DrafterOptions, build_drafter
+from backend.drafters.base import Drafter
+from backend.models import LoadedModel, load_model
+
+
+def model_bytes(model: LoadedModel) -> int:
+    return sum(p.numel() * p.element_size() for p in model.model.parameters())
+
+
+class ModelCache:
+    def __init__(self, budget_bytes: int, device: str = "auto", dtype: str = "auto",
+                 allow_remote_code: bool = False, loader: Callable[..., LoadedModel] = load_model) -> None:
+        self.budget_bytes = budget_bytes
+        self.device = device
+        self.dtype = dtype
+        self.allow_remote_code = allow_remote_code
+        self.loader = loader
+        self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+        # (target, drafter name, options) -> (drafter, the model specs it holds)
+        self._drafters: dict[tuple[str, str, str], tuple[Drafter | None, set[str]]] = {}
+        self._lock = threading.RLock()
+        self.loading: str | None = None
+
+    def get(self, spec: str) -> LoadedModel:
+        """The loaded model for a spec, loading it (and evicting others) if needed."""
+        with self._lock:
+            if spec in self._models:
+                self._models.move_to_end(spec)
+                return self._models[spec]
+            self.loading = spec
+            try:
+                model = self.loader(spec, device=self.device, dtype=self.dtype,
+                                    allow_remote_code=self.allow_remote_code)
+            finally:
+                self.loading = None
+            self._models[spec] = model
+            self._evict(keep=spec)
+            return model
+
+    def drafter(self, target_spec: str, name: str, options: DrafterOptions) -> Drafter | None:
+        """The drafter `name` for a loaded target, built once per (target, name, options)."""
+        with self._lock:
+            target = self.get(target_spec)
+            key = (target_spec, name, json.dumps(options.__dict__, sort_keys=True))
+            if key not in self._drafters:
+                drafter = build_drafter(name, target, options, load=lambda spec, **_: self.get(spec))
+                self._drafters[key] = (drafter, {target_spec, options.draft_model})
+            return self._drafters[key][0]
+
+    def loaded(self) -> list[str]:
+        with self._lock:
+            return list(self._models)
+
+    def peek(self, spec: str) -> LoadedModel | None:
+        with self._lock:
+            return self._models.get(spec)
+
+    def _evict(self, keep: str) -> None:
+        while sum(model_bytes(m) for m in self._models.values()) > self.budget_bytes and len(self._models) > 1:
+            victim = next(spec for spec in self._models if spec != keep)
+            del self._models[victim]
+            self._drafters = {key: entry for key, entry in self._drafters.items() if victim not in entry[1]}
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()

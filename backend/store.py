@@ -1,0 +1,250 @@
+"""The run store: a DuckDB file holding every run and every engine step, with numbered migrations.
+
+Only the worker process writes (the dashboard reads through the worker). A run is inserted as
+`running` when it starts; its steps are appended in batches as it goes; it ends `complete`,
+`cancelled` or `failed`. A worker that dies mid-run leaves `running` rows behind: the next start
+marks them `incomplete`, so they are kept (with the steps that were stored) but never shown as
+complete. No method accepts SQL text from outside: filters are typed arguments.
+
+Knows nothing about models or HTTP; it stores plain dicts and returns pandas DataFrames.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "specscope.duckdb"
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (1, """
+        CREATE TABLE runs (
+            run_id VARCHAR PRIMARY KEY,
+            group_id VARCHAR,               -- the lanes of one comparison share a group
+            lane INTEGER,
+            kind VARCHAR NOT NULL,          -- generate | compare | replay | baseline | bench
+            status VARCHAR NOT NULL,        -- running | complete | cancelled | failed | incomplete
+            created_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP,
+            turns JSON NOT NULL,            -- the user turns, as a JSON list of strings
+            question_id VARCHAR,
+            category VARCHAR,
+            target VARCHAR NOT NULL,
+            target_fingerprint VARCHAR,
+            drafter VARCHAR NOT NULL,
+            drafter_options JSON,
+            draft_len VARCHAR NOT NULL,     -- an integer D, or 'auto'
+            temperature DOUBLE,
+            top_p DOUBLE,
+            top_k INTEGER,
+            seed BIGINT,
+            max_new_tokens INTEGER,
+            device VARCHAR,
+            dtype VARCHAR,
+            torch_version VARCHAR,
+            transformers_version VARCHAR,
+            prompt_tokens INTEGER,
+            new_tokens INTEGER,
+            al DOUBLE,
+            acceptance_rate DOUBLE,
+            tokens_per_s DOUBLE,
+            decode_s DOUBLE,
+            prefill_s DOUBLE,
+            baseline_tokens_per_s DOUBLE,
+            output_text VARCHAR,
+            finish_reason VARCHAR,
+            error VARCHAR
+        );
+        CREATE TABLE steps (
+            run_id VARCHAR NOT NULL,
+            turn INTEGER NOT NULL,
+            step_index INTEGER NOT NULL,
+            draft_len INTEGER,
+            drafted INTEGER[],
+            draft_probs DOUBLE[],
+            target_probs DOUBLE[],
+            accepted INTEGER,
+            target_token INTEGER,
+            target_token_prob DOUBLE,
+            emitted INTEGER[],
+            draft_s DOUBLE,
+            verify_s DOUBLE,
+            stop_reason VARCHAR,
+            finish_reason VARCHAR,
+            drafted_text VARCHAR[],         -- each token decoded alone, for display
+            emitted_text VARCHAR[],
+            target_text VARCHAR
+        );
+        CREATE INDEX steps_by_run ON steps (run_id);
+    """),
+]
+
+RUN_COLUMNS = [
+    "run_id", "group_id", "lane", "kind", "status", "created_at", "finished_at", "turns", "question_id", "category",
+    "target", "target_fingerprint", "drafter", "drafter_options", "draft_len", "temperature", "top_p", "top_k", "seed",
+    "max_new_tokens", "device", "dtype", "torch_version", "transformers_version", "prompt_tokens", "new_tokens", "al",
+    "acceptance_rate", "tokens_per_s", "decode_s", "prefill_s", "baseline_tokens_per_s", "output_text",
+    "finish_reason", "error",
+]
+STEP_COLUMNS = [
+    "run_id", "turn", "step_index", "draft_len", "drafted", "draft_probs", "target_probs", "accepted", "target_token",
+    "target_token_prob", "emitted", "draft_s", "verify_s", "stop_reason", "finish_reason", "drafted_text",
+    "emitted_text", "target_text",
+]
+STEP_TYPES = pa.schema([
+    ("run_id", pa.string()), ("turn", pa.int32()), ("step_index", pa.int32()), ("draft_len", pa.int32()),
+    ("drafted", pa.list_(pa.int32())), ("draft_probs", pa.list_(pa.float64())),
+    ("target_probs", pa.list_(pa.float64())), ("accepted", pa.int32()), ("target_token", pa.int32()),
+    ("target_token_prob", pa.float64()), ("emitted", pa.list_(pa.int32())), ("draft_s", pa.float64()),
+    ("verify_s", pa.float64()), ("stop_reason", pa.string()), ("finish_reason", pa.string()),
+    ("drafted_text", pa.list_(pa.string())), ("emitted_text", pa.list_(pa.string())), ("target_text", pa.string()),
+])
+FINAL_FIELDS = {"status", "finished_at", "new_tokens", "al", "acceptance_rate", "tokens_per_s", "decode_s",
+                "prefill_s", "baseline_tokens_per_s", "output_text", "finish_reason", "error", "prompt_tokens"}
+
+
+def default_db_path() -> Path:
+    return Path(os.environ.get("SPECSCOPE_DB", DEFAULT_DB))
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class RunStore:
+    """One DuckDB connection guarded by a lock: the worker's threads share it."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = duckdb.connect(str(self.path))
+        self.migrate()
+        self.recovered = self._mark_interrupted_runs()
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Apply every migration newer than the file's version; return the version now."""
+        with self._lock:
+            self._db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER, applied_at TIMESTAMP)")
+            current = self._db.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+            for version, sql in MIGRATIONS:
+                if version > current:
+                    self._db.execute("BEGIN TRANSACTION")
+                    self._db.execute(sql)
+                    self._db.execute("INSERT INTO schema_version VALUES (?, ?)", [version, now()])
+                    self._db.execute("COMMIT")
+                    current = version
+            return current
+
+    def schema_version(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT max(version) FROM schema_version").fetchone()[0]
+
+    def _mark_interrupted_runs(self) -> int:
+        with self._lock:
+            rows = self._db.execute(
+                "UPDATE runs SET status = 'incomplete', finished_at = ? WHERE status = 'running' RETURNING run_id",
+                [now()],
+            ).fetchall()
+            return len(rows)
+
+    # -- writing (the worker only) ------------------------------------------------------------
+
+    def start_run(self, run: dict) -> None:
+        row = {column: run.get(column) for column in RUN_COLUMNS}
+        row["status"] = "running"
+        row["created_at"] = row["created_at"] or now()
+        row["turns"] = json.dumps(list(run["turns"]))
+        row["drafter_options"] = json.dumps(run.get("drafter_options") or {})
+        row["draft_len"] = str(run["draft_len"])
+        placeholders = ", ".join("?" for _ in RUN_COLUMNS)
+        with self._lock:
+            self._db.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders})",
+                             [row[c] for c in RUN_COLUMNS])
+
+    def add_steps(self, run_id: str, steps: Sequence[dict]) -> None:
+        """Append step records (StepEvent dicts with a `turn`) in one bulk insert."""
+        if not steps:
+            return
+        columns = {c: [] for c in STEP_COLUMNS}
+        for step in steps:
+            record = {**step, "run_id": run_id, "step_index": step["index"]}
+            for column in STEP_COLUMNS:
+                columns[column].append(record.get(column))
+        batch = pa.Table.from_pydict(columns, schema=STEP_TYPES)
+        with self._lock:
+            self._db.register("step_batch", batch)
+            try:
+                self._db.execute("INSERT INTO steps SELECT * FROM step_batch")
+            finally:
+                self._db.unregister("step_batch")
+
+    def finish_run(self, run_id: str, **fields) -> None:
+        unknown = set(fields) - FINAL_FIELDS
+        if unknown:
+            raise ValueError(f"not a run result field: {sorted(unknown)}")
+        fields.setdefault("finished_at", now())
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        with self._lock:
+            self._db.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*fields.values(), run_id])
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def runs(self, target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
+             category: str | None = None, status: str | None = None, kind: str | None = None,
+             since: datetime | None = None, until: datetime | None = None, limit: int = 1000) -> pd.DataFrame:
+        """Runs, newest first, filtered by equality on the given fields and a created_at range."""
+        conditions, values = [], []
+        for column, value in (("target", target), ("drafter", drafter), ("draft_len", draft_len),
+                              ("category", category), ("status", status), ("kind", kind)):
+            if value is not None:
+                conditions.append(f"{column} = ?")
+                values.append(value)
+        if since is not None:
+            conditions.append("created_at >= ?")
+            values.append(since)
+        if until is not None:
+            conditions.append("created_at <= ?")
+            values.append(until)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        with self._lock:
+            return self._db.execute(
+                f"SELECT * FROM runs {where} ORDER BY created_at DESC, lane LIMIT ?", [*values, limit]
+            ).df()
+
+    def run(self, run_id: str) -> dict | None:
+        with self._lock:
+            frame = self._db.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).df()
+        return None if frame.empty else frame.iloc[0].to_dict()
+
+    def steps(self, run_id: str) -> pd.DataFrame:
+        with self._lock:
+            return self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY turn, step_index",
+                                    [run_id]).df()
+
+    def baseline_tokens_per_s(self, target_fingerprint: str, turns: list[str], max_new_tokens: int,
+                              temperature: float, device: str) -> float | None:
+        """Tokens/s of the newest complete plain run (D = 0) of the same prompt and settings."""
+        with self._lock:
+            row = self._db.execute(
+                """SELECT tokens_per_s FROM runs
+                   WHERE status = 'complete' AND draft_len = '0' AND target_fingerprint = ? AND turns = ?::JSON
+                     AND max_new_tokens = ? AND temperature = ? AND device = ?
+                   ORDER BY created_at DESC LIMIT 1""",
+                [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device],
+            ).fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

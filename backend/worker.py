@@ -1,0 +1,271 @@
+"""The HTTP worker: one process that owns the models and the device, serves live speculative
+decoding as NDJSON streams, and is the only writer of the DuckDB run store.
+
+    python -m backend worker [--host 127.0.0.1] [--port 8765] [--db FILE] [--preload default]
+
+Endpoints (OpenAPI at /docs): GET /health, GET /models, POST /generate, POST /compare, GET /runs,
+GET /runs/{run_id}. One compute job runs at a time; others wait in line and are told their place.
+A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
+`Authorization: Bearer <token>`; binding to a non-loopback address without a token is refused.
+No endpoint takes SQL. This module is routes and validation; the work is in live.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import math
+import os
+import secrets
+import threading
+from datetime import datetime
+from typing import Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from backend.drafters import DRAFTER_NAMES, DrafterOptions
+from backend.errors import SpecScopeError
+from backend.jobs import Job, Scheduler
+from backend.live import LaneSpec, LiveService, RunRequest
+from backend.model_cache import ModelCache
+from backend.models import DEFAULT_SPEC
+from backend.policy import MAX_DRAFT_LEN
+from backend.store import RunStore
+from backend.verify import SamplingParams
+
+MAX_PROMPT_CHARS = 60_000
+MAX_NEW_TOKENS = 2048
+
+
+class DrafterFields(BaseModel):
+    drafter: str = "suffix"
+    draft_len: int | Literal["auto"] = "auto"
+    draft_model: str | None = None
+    ngram_min: int = Field(1, ge=1, le=16)
+    ngram_max: int = Field(4, ge=1, le=16)
+    suffix_max_depth: int = Field(24, ge=2, le=128)
+    suffix_max_spec_factor: float = Field(1.0, gt=0, le=64)
+    suffix_min_token_prob: float = Field(0.1, ge=0, le=1)
+    layerskip_exit_layer: int | None = Field(None, ge=1)
+
+    @field_validator("drafter")
+    @classmethod
+    def known_drafter(cls, name: str) -> str:
+        if name not in DRAFTER_NAMES:
+            raise ValueError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
+        return name
+
+    @field_validator("draft_len")
+    @classmethod
+    def draft_len_in_range(cls, value: int | str) -> int | str:
+        if value != "auto" and not 0 <= value <= MAX_DRAFT_LEN:
+            raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, or 'auto'")
+        return value
+
+    def lane(self) -> LaneSpec:
+        options = DrafterOptions(self.ngram_min, self.ngram_max, self.suffix_max_depth, self.suffix_max_spec_factor,
+                                 self.suffix_min_token_prob, self.layerskip_exit_layer, self.draft_model)
+        return LaneSpec(self.drafter, self.draft_len, options)
+
+
+class PromptFields(BaseModel):
+    prompt: str | None = None
+    messages: list[str] | None = Field(None, description="user turns; each sees the model's earlier answers")
+    target: str | None = None
+    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
+    temperature: float = Field(0.0, ge=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    seed: int = 0
+    stop: list[str] = []
+    baseline: bool = Field(True, description="also measure (or reuse) plain decoding of this prompt for speedup")
+    question_id: str | None = None
+    category: str | None = None
+
+    @model_validator(mode="after")
+    def one_prompt(self) -> PromptFields:
+        turns = self.turns()
+        if not turns or not all(t.strip() for t in turns):
+            raise ValueError("the prompt is empty: send `prompt` (text) or `messages` (a list of user turns)")
+        if sum(len(t) for t in turns) > MAX_PROMPT_CHARS:
+            raise ValueError(f"the prompt is too long: at most {MAX_PROMPT_CHARS} characters")
+        return self
+
+    def turns(self) -> list[str]:
+        return list(self.messages) if self.messages else ([self.prompt] if self.prompt is not None else [])
+
+
+class GenerateBody(PromptFields, DrafterFields):
+    pass
+
+
+class CompareBody(PromptFields):
+    lanes: list[DrafterFields] = Field(min_length=2, max_length=4)
+    replay: bool = Field(False, description="score every lane against one plain target rollout")
+
+
+class WorkerSettings(BaseModel):
+    db_path: str | None = None
+    default_target: str = DEFAULT_SPEC
+    preload: list[str] = [DEFAULT_SPEC]
+    extra_targets: list[str] = []
+    device: str = "auto"
+    dtype: str = "auto"
+    allow_remote_code: bool = False
+    model_budget_gb: float = 4.0
+    token: str | None = None
+
+
+def create_app(settings: WorkerSettings) -> FastAPI:
+    store = RunStore(settings.db_path)
+    models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
+                        settings.allow_remote_code)
+    service = LiveService(models, store)
+    scheduler = Scheduler(service.execute)
+    state = {"preload_error": None}
+
+    def preload() -> None:
+        for spec in settings.preload:
+            try:
+                models.get(spec)
+            except SpecScopeError as error:
+                state["preload_error"] = str(error)
+
+    threading.Thread(target=preload, name="preload", daemon=True).start()
+
+    def authorised(request: Request) -> None:
+        if settings.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        if not secrets.compare_digest(header, f"Bearer {settings.token}"):
+            raise HTTPException(401, "a bearer token is required (Authorization: Bearer $SPECSCOPE_TOKEN)")
+
+    app = FastAPI(title="SpecScope worker", dependencies=[Depends(authorised)],
+                  description="Live speculative decoding, streamed as NDJSON records; runs stored in DuckDB.")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = []
+        for item in error.errors():
+            where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+            message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"{where}: {message}" if where else message)
+        return JSONResponse({"error": "; ".join(problems)}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": error.detail}, status_code=error.status_code)
+
+    @app.get("/health")
+    def health() -> dict:
+        loaded = models.loaded()
+        ready = all(spec in loaded for spec in settings.preload) or state["preload_error"] is not None
+        return {"status": "ready" if ready else "loading", "loading": models.loading, "loaded": loaded,
+                "error": state["preload_error"], "default_target": settings.default_target,
+                "device": settings.device, "queue_length": scheduler.queue_length,
+                "recovered_incomplete_runs": store.recovered}
+
+    @app.get("/models")
+    def list_models() -> dict:
+        targets = []
+        for spec in dict.fromkeys([settings.default_target, *settings.extra_targets, *models.loaded()]):
+            loaded = models.peek(spec)
+            targets.append({"spec": spec, "loaded": loaded is not None,
+                            "facts": loaded.facts.to_dict() if loaded else None,
+                            "tle_per_forward": loaded.tle_per_forward if loaded else None})
+        defaults = DrafterFields().model_dump()
+        return {"default_target": settings.default_target, "targets": targets,
+                "drafters": [{"name": name, "defaults": defaults} for name in DRAFTER_NAMES]}
+
+    def run_request(body: PromptFields, lanes: list[LaneSpec], replay: bool) -> RunRequest:
+        try:
+            sampling = SamplingParams(body.temperature, body.top_p, body.top_k)
+        except SpecScopeError as error:
+            raise HTTPException(422, str(error)) from error
+        return RunRequest(turns=body.turns(), target=body.target or settings.default_target, lanes=lanes,
+                          max_new_tokens=body.max_new_tokens, sampling=sampling, seed=body.seed, stop=body.stop,
+                          baseline=body.baseline, replay=replay, question_id=body.question_id,
+                          category=body.category)
+
+    def stream(kind: str, request: RunRequest) -> StreamingResponse:
+        job = Job(kind, request, asyncio.get_running_loop())
+
+        async def lines():
+            async for record in scheduler.stream(job):
+                yield json.dumps(record, default=_json_default) + "\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    @app.post("/generate", summary="decode one prompt with one drafter, streaming a record per step")
+    async def generate(body: GenerateBody) -> StreamingResponse:
+        return stream("generate", run_request(body, [body.lane()], replay=False))
+
+    @app.post("/compare", summary="decode one prompt with 2-4 drafters side by side, lanes streaming together")
+    async def compare(body: CompareBody) -> StreamingResponse:
+        return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay))
+
+    @app.get("/runs", summary="stored runs, newest first, with optional filters")
+    def runs(target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
+             category: str | None = None, status: str | None = None, kind: str | None = None,
+             since: datetime | None = None, until: datetime | None = None, limit: int = 1000) -> list[dict]:
+        frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, min(limit, 100_000))
+        return [_clean(row) for row in frame.to_dict(orient="records")]
+
+    @app.get("/runs/{run_id}", summary="one stored run with its steps")
+    def run(run_id: str) -> dict:
+        found = store.run(run_id)
+        if found is None:
+            raise HTTPException(404, f"no run with id {run_id}")
+        steps = [_clean(row) for row in store.steps(run_id).to_dict(orient="records")]
+        for step in steps:  # the same shape as streamed step records
+            step["index"] = step.pop("step_index")
+        return {**_clean(found), "steps": steps}
+
+    app.state.store = store
+    app.state.models = models
+    return app
+
+
+def _clean(row: dict) -> dict:
+    """A DataFrame row as JSON-friendly values (NaN -> None, arrays -> lists, JSON text -> objects)."""
+    cleaned = {}
+    for key, value in row.items():
+        if hasattr(value, "tolist"):
+            value = value.tolist()
+        elif isinstance(value, float) and math.isnan(value):
+            value = None
+        elif key in ("turns", "drafter_options") and isinstance(value, str):
+            value = json.loads(value)
+        elif value is not None and hasattr(value, "isoformat"):
+            value = value.isoformat()
+        cleaned[key] = value
+    return cleaned
+
+
+def _json_default(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(host: str, port: int, settings: WorkerSettings) -> None:
+    import uvicorn
+
+    settings.token = settings.token or os.environ.get("SPECSCOPE_TOKEN") or None
+    if not is_loopback(host) and settings.token is None:
+        raise SpecScopeError(f"refusing to listen on {host} without a token: set SPECSCOPE_TOKEN "
+                             "(clients then send it as a bearer token), or bind to 127.0.0.1")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")

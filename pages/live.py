@@ -1,0 +1,154 @@
+"""Live: paste a prompt, pick a drafter and D, and watch each step as the target accepts or rejects
+its drafts, with running AL, acceptance rate, speed and the speedup over plain decoding."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from backend.client import WorkerError
+from ui import charts, connection, forms, tokens
+
+worker = connection.client()
+st.title("Live speculative decoding")
+
+
+def show_metrics(slots, running: dict, summary: dict | None) -> None:
+    slots[0].metric("AL (mean acceptance length)", f"{running['al']:.2f}")
+    slots[1].metric("Acceptance rate", f"{100 * running['acceptance_rate']:.1f}%")
+    slots[2].metric("Tokens/s", f"{running['tokens_per_s']:.1f}")
+    speedup = summary.get("speedup") if summary else None
+    slots[3].metric("Speedup vs plain", f"{speedup:.2f}x" if speedup else "…",
+                    help="decode tokens/s over plain decoding (D = 0) of the same prompt and settings")
+
+
+def show_charts(slots, steps: list[dict]) -> None:
+    slots[0].plotly_chart(charts.step_times_figure(steps))
+    slots[1].plotly_chart(charts.histogram_figure({"this run": charts.accepted_histogram(steps)}))
+
+
+def describe(start: dict) -> str:
+    cost = start.get("cost") or {}
+    return (f"{start['target']} · {start['drafter']} · D={start['draft_len']} · nominal ρ "
+            f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}")
+
+
+def running_figures(steps: list[dict]) -> dict:
+    drafting = [s for s in steps if s["drafted"]]
+    accepted = sum(s["accepted"] for s in drafting)
+    drafted = sum(len(s["drafted"]) for s in drafting)
+    seconds = sum(s["draft_s"] + s["verify_s"] for s in steps)
+    return {"al": 1 + accepted / len(drafting) if drafting else 1.0,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "tokens_per_s": sum(len(s["emitted"]) for s in steps) / seconds if seconds else 0.0}
+
+
+def show_stored_run(run: dict) -> None:
+    """A run opened from History, replayed step by step."""
+    st.info(f"Replaying stored run {run['run_id'][:8]} · {run['drafter']} D={run['draft_len']} · "
+            f"{run['target']} · {run['status']}")
+    if st.button("Back to live input"):
+        del st.session_state["live_replay"]
+        st.rerun()
+    steps = run["steps"]
+    st.caption(" / ".join(run["turns"])[:300])
+    shown = st.slider("Step", 0, len(steps), len(steps), key="live_replay_step") if steps else 0
+    play = st.button("Play from the start")
+    output, right = st.empty(), st.container()
+    slots = right.columns(4)
+    if play:
+        for count in range(1, len(steps) + 1):
+            output.html(tokens.LEGEND + tokens.steps_html(steps[:count]))
+            time.sleep(0.04)
+    output.html(tokens.LEGEND + tokens.steps_html(steps[:shown]))
+    show_metrics(slots, running_figures(steps[:shown]),
+                 {"speedup": run["tokens_per_s"] / run["baseline_tokens_per_s"]}
+                 if run.get("baseline_tokens_per_s") and run.get("tokens_per_s") else None)
+    if steps:
+        show_charts(st.columns(2), steps[:shown])
+
+
+if "live_replay" in st.session_state:
+    show_stored_run(st.session_state["live_replay"])
+    st.stop()
+
+try:
+    models = worker.models()
+except WorkerError as error:
+    st.error(str(error))
+    st.stop()
+
+left, right = st.columns([3, 2], gap="large")
+with left:
+    prompt = forms.prompt_input("live")
+    column_a, column_b = st.columns(2)
+    with column_a:
+        target = forms.target_input("live", models)
+    with column_b:
+        drafter = forms.drafter_input("live")
+    sampling = forms.sampling_input("live")
+    run_column, stop_column = st.columns(2)
+    run = run_column.button("Run", type="primary", key="live_run", width="stretch")
+    stop_column.button("Stop", key="live_stop", width="stretch",
+                       help="Stops the run: the page reruns, the stream closes and the worker cancels the job.")
+    status = st.empty()
+    described = st.empty()
+    output = st.empty()
+with right:
+    metric_slots = [column.empty() for column in st.columns(2) for _ in range(2)]
+    chart_slots = [st.empty(), st.empty()]
+
+if run:
+    if not any(turn.strip() for turn in prompt["messages"]):
+        st.session_state.pop("live_last", None)
+        status.warning("The prompt is empty: type something or pick a prompt from the suite.")
+        st.stop()
+    last = {"steps": [], "summary": None, "error": None, "stopped": True, "start": None}
+    st.session_state["live_last"] = last
+    body = {**prompt, **drafter, **sampling, "target": target}
+    shown_at = 0.0
+    try:
+        for record in worker.generate(**body):
+            kind = record["type"]
+            if kind == "queued":
+                status.info(f"Waiting for the worker: {record['position']} job(s) ahead.")
+            elif kind == "loading":
+                status.info(f"Loading {record['spec']}…")
+            elif kind == "start":
+                last["start"] = record
+                status.empty()
+                described.caption(describe(record))
+            elif kind == "step":
+                last["steps"].append(record)
+                if time.perf_counter() - shown_at > 0.08 or len(last["steps"]) == 1:
+                    output.html(tokens.LEGEND + tokens.steps_html(last["steps"]))
+                    show_metrics(metric_slots, record["running"], None)
+                    shown_at = time.perf_counter()
+            elif kind == "baseline":
+                status.caption(f"plain decoding of this prompt: {record['tokens_per_s']:.1f} tokens/s")
+            elif kind == "summary":
+                last["summary"] = record
+                last["stopped"] = False
+    except WorkerError as error:
+        last["error"] = str(error)
+
+last = st.session_state.get("live_last")
+if last:
+    if last["error"]:
+        status.error(last["error"])
+    elif last["stopped"]:
+        status.warning("Stopped before the end.")
+    if last["start"]:
+        described.caption(describe(last["start"]))
+    steps = last["steps"]
+    if steps:
+        output.html(tokens.LEGEND + tokens.steps_html(steps))
+        show_metrics(metric_slots, running_figures(steps), last["summary"])
+        show_charts(chart_slots, steps)
+    if last["summary"]:
+        summary = last["summary"]
+        status.caption(f"{summary['new_tokens']} tokens · {summary['target_forwards']} target forwards · "
+                       f"measured ρ {summary['rho'] or 0:.3f} · finish: {summary['finish_reason']}")
+else:
+    output.html(tokens.LEGEND + tokens.STYLE + '<div class="ss-out">Press Run to decode.</div>')

@@ -1,0 +1,82 @@
+"""The run store: migrations from empty, typed filters, and recovery of runs cut short by a kill."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import httpx
+import pytest
+
+from backend.store import MIGRATIONS, RunStore
+from tests.tiny import save_tiny
+from tests.workers import WorkerProcess
+
+
+def run_row(run_id: str, **extra) -> dict:
+    return {"run_id": run_id, "kind": "generate", "turns": ["hello"], "target": "t", "drafter": "ngram",
+            "draft_len": 4, **extra}
+
+
+def test_migrations_from_empty_and_reopen(tmp_path):
+    store = RunStore(tmp_path / "a.duckdb")
+    assert store.schema_version() == MIGRATIONS[-1][0]
+    store.close()
+    again = RunStore(tmp_path / "a.duckdb")  # nothing re-applied, nothing lost
+    assert again.schema_version() == MIGRATIONS[-1][0]
+    assert again.runs().empty
+
+
+def test_runs_steps_and_filters(tmp_path):
+    store = RunStore(tmp_path / "b.duckdb")
+    store.start_run(run_row("r1", category="coding"))
+    store.start_run(run_row("r2", drafter="suffix", draft_len="auto"))
+    step = {"index": 0, "turn": 0, "draft_len": 4, "drafted": [5, 6], "draft_probs": None, "target_probs": [0.9, 0.1],
+            "accepted": 1, "target_token": 7, "target_token_prob": 0.5, "emitted": [5, 7], "draft_s": 0.001,
+            "verify_s": 0.05, "stop_reason": None, "finish_reason": None, "drafted_text": ["a", "b"],
+            "emitted_text": ["a", "c"], "target_text": "c"}
+    store.add_steps("r1", [step, {**step, "index": 1}])
+    store.finish_run("r1", status="complete", al=2.0, new_tokens=4)
+    assert store.run("r1")["status"] == "complete" and store.run("r2")["status"] == "running"
+    steps = store.steps("r1")
+    assert list(steps["step_index"]) == [0, 1] and list(steps.iloc[0]["drafted"]) == [5, 6]
+    assert list(store.runs(drafter="suffix")["run_id"]) == ["r2"]
+    assert list(store.runs(category="coding")["run_id"]) == ["r1"]
+    assert list(store.runs(draft_len="auto")["run_id"]) == ["r2"]
+    assert json.loads(store.run("r2")["turns"]) == ["hello"]
+    with pytest.raises(ValueError):
+        store.finish_run("r1", target="evil")  # only result fields may change
+
+
+def test_open_runs_become_incomplete_at_the_next_start(tmp_path):
+    store = RunStore(tmp_path / "c.duckdb")
+    store.start_run(run_row("r1"))
+    store.close()
+    reopened = RunStore(tmp_path / "c.duckdb")
+    assert reopened.recovered == 1 and reopened.run("r1")["status"] == "incomplete"
+
+
+def test_a_run_killed_mid_way_keeps_its_steps_and_is_marked_incomplete(tiny, tmp_path):
+    db = tmp_path / "killed.duckdb"
+    worker = WorkerProcess(db, str(save_tiny(tiny, tmp_path / "tiny")))
+    try:
+        worker.wait_ready()
+        body = {"prompt": "w5 w9 w13", "drafter": "none", "draft_len": 0, "max_new_tokens": 480, "baseline": False}
+        with httpx.stream("POST", worker.url + "/generate", json=body, timeout=60) as reply:
+            lines = reply.iter_lines()
+            run_id = json.loads(next(lines))["run_id"]
+            steps_seen = 0
+            for line in lines:
+                steps_seen += json.loads(line)["type"] == "step"
+                if steps_seen == 100:
+                    time.sleep(0.6)  # past a flush
+                    worker.process.send_signal(signal.SIGKILL)
+                    break
+        worker.process.wait(timeout=10)
+    finally:
+        worker.stop()
+    store = RunStore(db)
+    run = store.run(run_id)
+    assert run["status"] == "incomplete"
+    assert 0 < len(store.steps(run_id)) <= 480

@@ -1,0 +1,195 @@
+"""The worker API against a real worker process on loopback (a tiny model folder as the target)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.tiny import save_tiny
+from tests.workers import ROOT, WorkerProcess
+
+PROMPT = "w5 w9 w13 w5 w9 w13 w22"
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tiny, tmp_path_factory) -> str:
+    return str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_folder, tmp_path_factory):
+    process = WorkerProcess(tmp_path_factory.mktemp("db") / "runs.duckdb", tiny_folder)
+    process.wait_ready()
+    yield process
+    process.stop()
+
+
+def stream(worker, path: str, body: dict, headers: dict | None = None) -> list[dict]:
+    with httpx.stream("POST", worker.url + path, json=body, headers=headers or worker.headers, timeout=120) as reply:
+        assert reply.status_code == 200, reply.read()
+        return [json.loads(line) for line in reply.iter_lines() if line]
+
+
+def test_health_and_models(worker, tiny_folder):
+    health = httpx.get(worker.url + "/health").json()
+    assert health["status"] == "ready" and tiny_folder in health["loaded"]
+    models = httpx.get(worker.url + "/models").json()
+    [target] = models["targets"]
+    assert target["spec"] == tiny_folder and target["facts"]["G"] == 2 and target["facts"]["num_layers"] == 4
+    assert {d["name"] for d in models["drafters"]} >= {"none", "ngram", "suffix", "draft-model", "layerskip"}
+
+
+def test_generate_streams_start_steps_baseline_summary_and_stores_the_run(worker):
+    records = stream(worker, "/generate", {"prompt": PROMPT, "drafter": "ngram", "draft_len": 4,
+                                           "max_new_tokens": 40})
+    types = [r["type"] for r in records]
+    assert types[0] == "start" and types[-1] == "summary" and "baseline" in types
+    steps = [r for r in records if r["type"] == "step"]
+    assert len(steps) >= 2 and types.index("baseline") > max(i for i, t in enumerate(types) if t == "step")
+    assert [s["index"] for s in steps] == list(range(len(steps)))
+    summary = records[-1]
+    assert [t for s in steps for t in s["emitted"]] == summary["output_ids"]
+    assert summary["speedup"] == pytest.approx(summary["tokens_per_s"] / summary["baseline_tokens_per_s"])
+    assert steps[-1]["running"]["new_tokens"] == len(summary["output_ids"])
+    stored = httpx.get(f"{worker.url}/runs/{summary['run_id']}").json()
+    assert stored["status"] == "complete" and stored["drafter"] == "ngram" and stored["draft_len"] == "4"
+    assert [s["emitted"] for s in stored["steps"]] == [s["emitted"] for s in steps]
+    assert stored["steps"][0]["emitted_text"] and stored["turns"] == [PROMPT]
+
+
+def test_plain_run_is_reused_as_the_baseline(worker):
+    body = {"prompt": "w30 w31 w32", "drafter": "suffix", "draft_len": 2, "max_new_tokens": 20}
+    first = [r["type"] for r in stream(worker, "/generate", body)]
+    second = [r["type"] for r in stream(worker, "/generate", {**body, "draft_len": 3})]
+    assert "baseline" in first and "baseline" not in second
+
+
+def test_compare_streams_lanes_together_and_replay(worker):
+    body = {"prompt": PROMPT, "max_new_tokens": 30, "replay": True,
+            "lanes": [{"drafter": "ngram", "draft_len": 2}, {"drafter": "suffix", "draft_len": 6}]}
+    records = stream(worker, "/compare", body)
+    steps = [r for r in records if r["type"] == "step"]
+    lanes_in_order = [s["lane"] for s in steps[:4]]
+    assert lanes_in_order == [0, 1, 0, 1]  # interleaved, not one lane after the other
+    summaries = [r for r in records if r["type"] == "summary"]
+    assert {s["lane"] for s in summaries} == {0, 1}
+    assert summaries[0]["output_ids"] == summaries[1]["output_ids"]  # replay: both score one rollout
+    groups = {httpx.get(f"{worker.url}/runs/{s['run_id']}").json()["group_id"] for s in summaries}
+    assert len(groups) == 1 and None not in groups
+
+
+def test_eight_concurrent_clients_are_all_served_in_order(worker):
+    starts: dict[int, float] = {}
+    queued: dict[int, list[int]] = {}
+
+    def client(number: int) -> None:
+        body = {"prompt": PROMPT, "drafter": "none", "draft_len": 0, "max_new_tokens": 300, "baseline": False}
+        with httpx.stream("POST", worker.url + "/generate", json=body, timeout=300) as reply:
+            for line in reply.iter_lines():
+                record = json.loads(line)
+                if record["type"] == "queued":
+                    queued.setdefault(number, []).append(record["position"])
+                if record["type"] == "start":
+                    starts[number] = time.perf_counter()
+
+    threads = []
+    for number in range(8):
+        threads.append(threading.Thread(target=client, args=(number,)))
+        threads[-1].start()
+        time.sleep(0.1)  # a definite arrival order
+    for thread in threads:
+        thread.join(timeout=300)
+    assert sorted(starts) == list(range(8))
+    assert sorted(starts, key=starts.get) == list(range(8))  # first come, first served
+    assert queued.get(7) and queued[7][0] >= 1 and queued[7] == sorted(queued[7], reverse=True)
+
+
+def test_a_client_that_disconnects_cancels_its_job(worker):
+    body = {"prompt": PROMPT, "drafter": "none", "draft_len": 0, "max_new_tokens": 2000, "baseline": False}
+    with httpx.stream("POST", worker.url + "/generate", json=body, timeout=60) as reply:
+        lines = reply.iter_lines()
+        run_id = json.loads(next(lines))["run_id"]
+        for _ in range(3):
+            next(lines)
+    deadline = time.time() + 20
+    status = None
+    while time.time() < deadline:
+        status = httpx.get(f"{worker.url}/runs/{run_id}").json()["status"]
+        if status == "cancelled":
+            break
+        time.sleep(0.2)
+    assert status == "cancelled"
+    started = time.perf_counter()
+    stream(worker, "/generate", {"prompt": PROMPT, "max_new_tokens": 5, "baseline": False})
+    assert time.perf_counter() - started < 10  # the compute thread is free again
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "prompt is empty"),
+        ({"prompt": ""}, "prompt is empty"),
+        ({"prompt": "   "}, "prompt is empty"),
+        ({"prompt": "w5", "max_new_tokens": "many"}, "max_new_tokens"),
+        ({"prompt": "w5", "draft_len": 99}, "between 0 and 64"),
+        ({"prompt": "w5", "draft_len": -1}, "between 0 and 64"),
+        ({"prompt": "w5", "draft_len": "soon"}, "draft_len"),
+        ({"prompt": "w5", "drafter": "oracle"}, "unknown drafter"),
+        ({"prompt": "w5", "temperature": -1}, "temperature"),
+        ({"prompt": "w5 " * 30_000}, "too long"),
+        ({"messages": []}, "prompt is empty"),
+    ],
+)
+def test_bad_requests_get_a_json_4xx(worker, body, message):
+    reply = httpx.post(worker.url + "/generate", json=body)
+    assert 400 <= reply.status_code < 500
+    assert message in reply.json()["error"]
+
+
+def test_compare_needs_two_to_four_lanes(worker):
+    reply = httpx.post(worker.url + "/compare", json={"prompt": "w5", "lanes": [{"drafter": "ngram"}]})
+    assert reply.status_code == 422 and "lanes" in reply.json()["error"]
+
+
+def test_unknown_model_and_context_overflow_are_error_records(worker):
+    records = stream(worker, "/generate", {"prompt": "w5", "target": "/no/such/model"})
+    assert records[-1]["type"] == "error" and "no such model folder" in records[-1]["message"]
+    records = stream(worker, "/generate", {"prompt": " ".join(["w7"] * 600)})
+    assert records[-1]["type"] == "error" and "context" in records[-1]["message"]
+    failed = httpx.get(worker.url + "/runs", params={"status": "failed"}).json()
+    assert failed and all(run["error"] for run in failed)
+
+
+def test_runs_are_listed_with_filters(worker):
+    stream(worker, "/generate", {"prompt": "w40 w41", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 8,
+                                 "category": "coding", "baseline": False})
+    runs = httpx.get(worker.url + "/runs", params={"drafter": "ngram", "category": "coding"}).json()
+    assert runs and all(r["drafter"] == "ngram" and r["category"] == "coding" for r in runs)
+    assert httpx.get(worker.url + "/runs/not-a-run").status_code == 404
+
+
+def test_token_auth(tiny_folder, tmp_path):
+    secured = WorkerProcess(tmp_path / "auth.duckdb", tiny_folder, token="s3cret")
+    try:
+        secured.wait_ready()
+        refused = httpx.get(secured.url + "/health")
+        assert refused.status_code == 401 and "bearer token" in refused.json()["error"]
+        assert httpx.get(secured.url + "/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        records = stream(secured, "/generate", {"prompt": "w5 w6", "max_new_tokens": 4, "baseline": False})
+        assert records[-1]["type"] == "summary"
+    finally:
+        secured.stop()
+
+
+def test_non_loopback_bind_without_a_token_is_refused(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "backend", "worker", "--host", "0.0.0.0", "--db",
+                             str(tmp_path / "x.duckdb")], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={k: v for k, v in os.environ.items() if k != "SPECSCOPE_TOKEN"})
+    assert result.returncode == 2 and "SPECSCOPE_TOKEN" in result.stderr

@@ -1,0 +1,137 @@
+"""End to end in a real browser: Playwright driving Debian's chromium (never a downloaded browser)
+against `streamlit run app.py` and a worker serving the embedded default model.
+
+Paste a prompt, run, see green and red tokens appear step by step; move the D slider and rerun;
+compare two drafters; open the run in History. Screenshots go to artifacts/screenshots/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backend.prompts import DEFAULT_SUITE, load_suite
+from tests.workers import ROOT, WorkerProcess, free_port
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = ROOT / "artifacts" / "screenshots"
+PROMPT = next(q for q in load_suite(DEFAULT_SUITE) if q.category == "code_editing").turns[0]
+
+def speedup_shown(page):
+    """The speedup metric once the run's summary has arrived (it shows '…' until then)."""
+    return page.locator('[data-testid="stMetricValue"]', has_text=re.compile(r"^\s*\d+\.\d\dx\s*$"))
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium "
+                                                   "(apt-get install chromium; .ci/run installs it)")]
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    worker = WorkerProcess(tmp_path_factory.mktemp("db") / "e2e.duckdb", "default")
+    worker.wait_ready()
+    port = free_port()
+    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url, "SPECSCOPE_NO_AUTOSTART": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
+         "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.3)
+    yield url
+    server.terminate()
+    worker.stop()
+
+
+@pytest.fixture(scope="module")
+def browser_page(dashboard):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(120_000)
+        page.goto(dashboard)
+        page.get_by_text("Live speculative decoding").wait_for()
+        yield page
+        browser.close()
+
+
+def type_prompt(page, text: str) -> None:
+    box = page.get_by_role("textbox", name="Prompt", exact=True)
+    box.fill(text)
+    box.press("Control+Enter")  # commit the text area before pressing Run
+    page.wait_for_timeout(500)
+
+
+def test_live_run_shows_tokens_step_by_step(browser_page):
+    page = browser_page
+    type_prompt(page, PROMPT)
+    page.get_by_role("button", name="Run", exact=True).click()
+    tokens = page.locator("span.ss-acc, span.ss-tgt")
+    tokens.first.wait_for()
+    seen = []
+    deadline = time.time() + 180
+    while speedup_shown(page).count() == 0 and time.time() < deadline:
+        seen.append(tokens.count())
+        page.wait_for_timeout(100)
+    growth = sorted(set(seen))
+    assert len(growth) >= 3, f"tokens did not appear step by step: {growth}"
+    speedup_shown(page).wait_for()
+    assert page.locator("span.ss-acc").count() > 0 and page.locator("span.ss-rej").count() > 0
+    assert page.locator("span.ss-tgt").count() > 0
+    page.locator(".js-plotly-plot").nth(1).wait_for()  # the step-time chart and the histogram
+    page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
+
+
+def test_moving_the_d_slider_and_rerunning(browser_page):
+    page = browser_page
+    slider = page.get_by_role("slider").first
+    slider.focus()
+    for _ in range(14):  # from auto down to D = 3
+        slider.press("ArrowLeft")
+    page.wait_for_timeout(800)
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("D=3").first.wait_for()
+    speedup_shown(page).wait_for()
+    assert page.locator("span.ss-acc, span.ss-tgt").count() > 0
+
+
+def test_compare_two_drafters(browser_page):
+    page = browser_page
+    page.get_by_role("link", name="Compare").click()
+    page.get_by_text("Compare drafters").wait_for()
+    type_prompt(page, PROMPT)
+    page.get_by_role("button", name="Run all lanes").click()
+    page.get_by_text("Summary").wait_for()
+    page.locator(".js-plotly-plot").first.wait_for()
+    assert page.get_by_text("Lane 1: suffix").count() and page.get_by_text("Lane 2: ngram").count()
+    page.screenshot(path=str(SHOTS / "compare.png"), full_page=True)
+
+
+def test_open_the_run_in_history(browser_page):
+    page = browser_page
+    page.get_by_role("link", name="History").click()
+    page.get_by_text("Run history").wait_for()
+    page.get_by_role("button", name="Open in Live").click()
+    page.get_by_text("Replaying stored run").wait_for()
+    assert page.locator("span.ss-acc, span.ss-tgt").count() > 0
+    page.screenshot(path=str(SHOTS / "history_replay.png"), full_page=True)

@@ -1,0 +1,58 @@
+"""Start a real worker process on loopback for tests (and the browser tests' servers)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class WorkerProcess:
+    def __init__(self, db: Path, target: str, token: str | None = None, extra: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("SPECSCOPE_TOKEN", None)
+        if token:
+            env["SPECSCOPE_TOKEN"] = token
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "backend", "worker", "--port", str(self.port), "--db", str(db),
+             "--default-target", target, *(extra or [])],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.process.stderr.read()}")
+            try:
+                health = httpx.get(f"{self.url}/health", headers=self.headers, timeout=2).json()
+                if health["status"] == "ready":
+                    return
+            except (httpx.TransportError, ValueError, KeyError):
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("worker did not become ready")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

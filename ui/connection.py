@@ -1,0 +1,77 @@
+"""Finding the worker: SPECSCOPE_WORKER_URL when it answers, else a worker this app starts itself
+(`python -m backend worker` on a free loopback port, stopped when the app exits). Waiting for it
+shows progress while the model loads; problems become a message that says what to do."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from backend.client import WorkerClient, WorkerError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@st.cache_resource(show_spinner=False)
+def _client_for(url: str | None) -> WorkerClient:
+    return WorkerClient(url)
+
+
+@st.cache_resource(show_spinner=False)
+def _start_local_worker() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "backend", "worker", "--port", str(port)], cwd=ROOT)
+    atexit.register(process.terminate)
+    return f"http://127.0.0.1:{port}"
+
+
+def client() -> WorkerClient:
+    """The worker client for this app (cached across reruns and sessions). SPECSCOPE_NO_AUTOSTART=1
+    keeps to the configured URL even when nothing answers there (the pages then say so)."""
+    configured = os.environ.get("SPECSCOPE_WORKER_URL")
+    if configured:
+        candidate = _client_for(configured)
+        if os.environ.get("SPECSCOPE_NO_AUTOSTART") == "1":
+            return candidate
+        try:
+            candidate.health()
+            return candidate
+        except WorkerError:
+            st.toast(f"No worker answers at {configured}; starting a local one.")
+    return _client_for(_start_local_worker())
+
+
+def wait_until_ready(worker: WorkerClient, timeout_s: float = 300.0) -> dict:
+    """Poll /health until the worker has its models loaded, showing progress only while it is not;
+    stop the page with a clear message if it never comes up."""
+    deadline = time.time() + timeout_s
+    status = None
+    while True:
+        try:
+            health = worker.health()
+        except WorkerError as error:
+            health = {"status": "starting", "problem": str(error)}
+        if health["status"] == "ready":
+            if status is not None:
+                status.update(label="Worker ready", state="complete")
+            if health.get("error"):
+                st.warning(f"The worker could not load its default model: {health['error']}")
+            return health
+        if time.time() > deadline:
+            st.error(health.get("problem") or "The worker is still loading its model; reload this page later.")
+            st.stop()
+        if status is None:
+            status = st.status("Connecting to the SpecScope worker…", expanded=False)
+        if health["status"] == "loading":
+            status.update(label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
+                                "model converts its GGUF file, about 30 s)")
+        time.sleep(0.5)
