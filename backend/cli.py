@@ -70,6 +70,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_drafter_args(speed, with_name=False)
     speed.set_defaults(handler=_bench_speed)
 
+    stream = bench.add_parser("stream", help="tokens/s through the worker's stream vs in process; memory",
+                              description="Decodes the same prompts in this process and through a worker "
+                                          "process, alternating; reports the ratio, the time to the first step "
+                                          "record and the worker's resident memory.")
+    stream.add_argument("--suite", type=Path, required=True)
+    stream.add_argument("--per-category", type=int, default=1)
+    stream.add_argument("--categories", type=_names)
+    stream.add_argument("--drafter", default="suffix")
+    stream.add_argument("--draft-len", type=_draft_len, default="auto")
+    stream.add_argument("--max-new-tokens", type=int, default=128)
+    stream.add_argument("--repeats", type=int, default=2)
+    stream.add_argument("--target", default="default")
+    stream.add_argument("--device", default="auto")
+    stream.add_argument("--json", action="store_true")
+    stream.set_defaults(handler=_bench_stream)
+
     worker = commands.add_parser("worker", help="serve models over HTTP for the dashboard (FastAPI + uvicorn)",
                                  description="The worker owns the models and the device and is the only writer "
                                              "of the DuckDB run store. OpenAPI docs at /docs.")
@@ -303,6 +319,26 @@ def _bench_speed(args: argparse.Namespace) -> int:
         report = speed_benchmark(target, questions, args.drafters, args.draft_lens, args.max_new_tokens,
                                  _drafter_options(args), progress)
     print(format_speed_table(report))
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
+def _bench_stream(args: argparse.Namespace) -> int:
+    from backend.bench_worker import stream_benchmark
+    from backend.policy import make_policy
+    from backend.prompts import load_suite
+
+    make_policy(args.draft_len, free_drafter=True)
+    questions = load_suite(args.suite, args.categories, per_category=args.per_category)
+    _quiet_libraries()
+    report = stream_benchmark(args.target, questions, args.drafter, args.draft_len, args.max_new_tokens,
+                              args.repeats, args.device)
+    memory = report["worker_memory_after_runs_mb"]
+    print(f"{len(report['rows'])} runs of {args.drafter}@{args.draft_len}: worker stream / in process = "
+          f"{report['geomean_worker_over_in_process']:.3f} (geomean); first step record after "
+          f"{1000 * report['median_first_step_s']:.0f} ms (median); worker RSS {memory['rss_mb']:.0f} MB "
+          f"(peak {memory['peak_rss_mb']:.0f} MB); outputs equal: {report['all_outputs_equal']}")
     if args.json:
         print(json.dumps(report))
     return 0

@@ -67,6 +67,8 @@ class LaneRun:
     run_id: str
     events: Iterator
     steps: list[StepEvent] = field(default_factory=list)
+    totals: dict = field(default_factory=lambda: dict.fromkeys(
+        ("drafting_steps", "accepted", "drafted", "seconds", "tokens"), 0))
     unsaved: list[dict] = field(default_factory=list)
     last_flush: float = field(default_factory=time.perf_counter)
     turns: list[TurnResult] = field(default_factory=list)
@@ -102,8 +104,7 @@ class LiveService:
             raise
 
     def _fail(self, lanes: list[LaneRun], message: str) -> None:
-        for lane in lanes:
-            self.store.finish_run(lane.run_id, status="failed", error=message)
+        self.store.fail_unfinished([lane.run_id for lane in lanes], message)
 
     # -- pieces -----------------------------------------------------------------------------------
 
@@ -179,7 +180,8 @@ class LiveService:
         lane.steps.append(event)
         record = step_record(runner, turn, event)
         lane.unsaved.append(record)
-        job.emit({"type": "step", "run_id": lane.run_id, "lane": lane.index, **record, "running": _running(lane.steps)})
+        job.emit({"type": "step", "run_id": lane.run_id, "lane": lane.index, **record,
+                  "running": _running(lane.totals, event)})
         if len(lane.unsaved) >= FLUSH_EVERY_STEPS or time.perf_counter() - lane.last_flush > FLUSH_EVERY_S:
             self._flush(lane)
 
@@ -246,16 +248,17 @@ def step_record(runner: Runner, turn: int, event: StepEvent) -> dict:
             "emitted_text": [piece([t]) for t in event.emitted], "target_text": piece([event.target_token])}
 
 
-def _running(steps: list[StepEvent]) -> dict:
-    """Cheap running figures for the live view."""
-    drafting = [s for s in steps if s.drafted]
-    accepted = sum(s.accepted for s in drafting)
-    drafted = sum(len(s.drafted) for s in drafting)
-    seconds = sum(s.draft_s + s.verify_s for s in steps)
-    tokens = sum(len(s.emitted) for s in steps)
-    return {"al": 1 + accepted / len(drafting) if drafting else 1.0,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0, "new_tokens": tokens, "steps": len(steps)}
+def _running(totals: dict, event: StepEvent) -> dict:
+    """Running figures for the live view, kept as counters (metrics.py's definitions)."""
+    totals["drafting_steps"] += bool(event.drafted)
+    totals["accepted"] += event.accepted if event.drafted else 0
+    totals["drafted"] += len(event.drafted)
+    totals["seconds"] += event.draft_s + event.verify_s
+    totals["tokens"] += len(event.emitted)
+    drafting, seconds = totals["drafting_steps"], totals["seconds"]
+    return {"al": 1 + totals["accepted"] / drafting if drafting else 1.0,
+            "acceptance_rate": totals["accepted"] / totals["drafted"] if totals["drafted"] else 0.0,
+            "tokens_per_s": totals["tokens"] / seconds if seconds > 0 else 0.0, "new_tokens": totals["tokens"]}
 
 
 def _summary(turns: list[TurnResult]) -> dict:

@@ -189,6 +189,14 @@ class RunStore:
             finally:
                 self._db.unregister("step_batch")
 
+    def fail_unfinished(self, run_ids: Sequence[str], message: str) -> None:
+        """Mark those of these runs still running as failed, with the message."""
+        if run_ids:
+            with self._lock:
+                self._db.execute(
+                    f"UPDATE runs SET status = 'failed', error = ?, finished_at = ? WHERE status = 'running' "
+                    f"AND run_id IN ({', '.join('?' for _ in run_ids)})", [message, now(), *run_ids])
+
     def finish_run(self, run_id: str, **fields) -> None:
         unknown = set(fields) - FINAL_FIELDS
         if unknown:

@@ -54,13 +54,9 @@ if run:
     try:
         for record in worker.compare(**prompt, **sampling, target=target, lanes=lanes, replay=replay):
             kind = record["type"]
-            if kind == "queued":
-                status.info(f"Waiting for the worker: {record['position']} job(s) ahead.")
-            elif kind == "loading":
-                status.info(f"Loading {record['spec']}…")
-            elif kind == "baseline":
-                status.caption(f"plain decoding of this prompt: {record['tokens_per_s']:.1f} tokens/s")
-            elif kind == "step":
+            if connection.show_progress(status, record):
+                continue
+            if kind == "step":
                 state["lanes"][record["lane"]]["steps"].append(record)
                 if time.perf_counter() - shown_at > 0.1:
                     for slot, lane in zip(outputs, state["lanes"], strict=False):

@@ -8,6 +8,7 @@ import time
 import streamlit as st
 
 from backend.client import WorkerError
+from backend.metrics import summary
 from ui import charts, connection, forms, tokens
 
 worker = connection.client()
@@ -35,13 +36,7 @@ def describe(start: dict) -> str:
 
 
 def running_figures(steps: list[dict]) -> dict:
-    drafting = [s for s in steps if s["drafted"]]
-    accepted = sum(s["accepted"] for s in drafting)
-    drafted = sum(len(s["drafted"]) for s in drafting)
-    seconds = sum(s["draft_s"] + s["verify_s"] for s in steps)
-    return {"al": 1 + accepted / len(drafting) if drafting else 1.0,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "tokens_per_s": sum(len(s["emitted"]) for s in steps) / seconds if seconds else 0.0}
+    return summary(charts.as_steps(steps))
 
 
 def show_stored_run(run: dict) -> None:
@@ -111,11 +106,9 @@ if run:
     try:
         for record in worker.generate(**body):
             kind = record["type"]
-            if kind == "queued":
-                status.info(f"Waiting for the worker: {record['position']} job(s) ahead.")
-            elif kind == "loading":
-                status.info(f"Loading {record['spec']}…")
-            elif kind == "start":
+            if connection.show_progress(status, record):
+                continue
+            if kind == "start":
                 last["start"] = record
                 status.empty()
                 described.caption(describe(record))
@@ -125,8 +118,6 @@ if run:
                     output.html(tokens.LEGEND + tokens.steps_html(last["steps"]))
                     show_metrics(metric_slots, record["running"], None)
                     shown_at = time.perf_counter()
-            elif kind == "baseline":
-                status.caption(f"plain decoding of this prompt: {record['tokens_per_s']:.1f} tokens/s")
             elif kind == "summary":
                 last["summary"] = record
                 last["stopped"] = False

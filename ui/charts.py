@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import plotly.graph_objects as go
+
+from backend.metrics import acceptance_stats
 
 
 def step_times_figure(steps: list[dict]) -> go.Figure:
@@ -16,14 +20,14 @@ def step_times_figure(steps: list[dict]) -> go.Figure:
     return figure
 
 
-def accepted_histogram(steps: list[dict]) -> list[int]:
+def as_steps(records: list[dict]) -> list[SimpleNamespace]:
+    """Step records (dicts from the worker) as objects backend.metrics can read."""
+    return [SimpleNamespace(**record) for record in records]
+
+
+def accepted_histogram(records: list[dict]) -> list[int]:
     """Drafting steps by drafts accepted (vLLM's acceptance histogram: bonus excluded)."""
-    drafting = [s for s in steps if s["drafted"]]
-    longest = max((len(s["drafted"]) for s in drafting), default=0)
-    counts = [0] * (longest + 1)
-    for step in drafting:
-        counts[step["accepted"]] += 1
-    return counts
+    return acceptance_stats(as_steps(records)).histogram
 
 
 def histogram_figure(histograms: dict[str, list[int]]) -> go.Figure:

@@ -75,3 +75,17 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 300.0) -> dict:
             status.update(label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
                                 "model converts its GGUF file, about 30 s)")
         time.sleep(0.5)
+
+
+def show_progress(slot, record: dict) -> bool:
+    """Show a waiting / loading / baseline record in `slot`; False for any other record type."""
+    kind = record["type"]
+    if kind == "queued":
+        slot.info(f"Waiting for the worker: {record['position']} job(s) ahead.")
+    elif kind == "loading":
+        slot.info(f"Loading {record['spec']}…")
+    elif kind == "baseline":
+        slot.caption(f"plain decoding of this prompt: {record['tokens_per_s']:.1f} tokens/s")
+    else:
+        return False
+    return True

@@ -44,7 +44,10 @@ def test_folder_without_config(tmp_path):
 
 
 def test_unreachable_hub_says_what_to_do(monkeypatch):
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
     with pytest.raises(ModelLoadError, match="Hugging Face hub.*local model folder"):
         load_model("someone/not-a-cached-model")
 
