@@ -49,7 +49,7 @@ class StepEvent:
     emitted: list[int]  # tokens appended to the output (accepted drafts + target token, cut at a stop)
     draft_s: float
     verify_s: float
-    stop_reason: str | None = None  # the drafter's reason for a short draft
+    stop_reason: str | None = None  # why fewer than draft_len drafts: "auto" (held back), or the drafter's reason
     finish_reason: str | None = None  # set on the last step: eos, length, stop, context
 
     def to_dict(self) -> dict:
@@ -163,7 +163,7 @@ class Generation:
             emitted=emitted,
             draft_s=draft_s,
             verify_s=verify_s,
-            stop_reason=draft.stop_reason if len(drafted) < cap else None,
+            stop_reason=_short_draft_reason(draft, len(drafted), cap),
             finish_reason=finish,
         )
         hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
@@ -183,6 +183,15 @@ class Generation:
             finish = "context" if self.max_new_tokens < self.settings.max_new_tokens else "length"
             return new_tokens[:remaining], finish
         return new_tokens, None
+
+
+def _short_draft_reason(draft: Draft, verified: int, cap: int) -> str | None:
+    """Why fewer than `cap` drafts were verified: the policy held some back ("auto"), or the drafter's reason."""
+    if verified >= cap:
+        return None
+    if verified < len(draft.tokens):
+        return "auto"
+    return draft.stop_reason
 
 
 class SpeculativeEngine:

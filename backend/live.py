@@ -32,8 +32,8 @@ from backend.runner import Runner, RunResult, TurnResult
 from backend.store import RunStore
 from backend.verify import SamplingParams
 
-FLUSH_EVERY_STEPS = 16
-FLUSH_EVERY_S = 0.5
+FLUSH_EVERY_STEPS = 64  # steps reach the store in batches, at least this often ...
+FLUSH_EVERY_S = 2.0  # ... and within this many seconds
 
 
 @dataclass

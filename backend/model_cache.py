@@ -35,42 +35,53 @@ class ModelCache:
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         # (target, drafter name, options) -> (drafter, the model specs it holds)
         self._drafters: dict[tuple[str, str, str], tuple[Drafter | None, set[str]]] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # guards the dicts; never held while loading
+        self._load_lock = threading.Lock()  # one load at a time
         self.loading: str | None = None
 
     def get(self, spec: str) -> LoadedModel:
         """The loaded model for a spec, loading it (and evicting others) if needed."""
-        with self._lock:
-            if spec in self._models:
-                self._models.move_to_end(spec)
-                return self._models[spec]
+        found = self.peek(spec, touch=True)
+        if found is not None:
+            return found
+        with self._load_lock:
+            found = self.peek(spec, touch=True)  # loaded by another thread meanwhile
+            if found is not None:
+                return found
             self.loading = spec
             try:
                 model = self.loader(spec, device=self.device, dtype=self.dtype,
                                     allow_remote_code=self.allow_remote_code)
             finally:
                 self.loading = None
-            self._models[spec] = model
-            self._evict(keep=spec)
+            with self._lock:
+                self._models[spec] = model
+                self._evict(keep=spec)
             return model
 
     def drafter(self, target_spec: str, name: str, options: DrafterOptions) -> Drafter | None:
         """The drafter `name` for a loaded target, built once per (target, name, options)."""
+        target = self.get(target_spec)
+        key = (target_spec, name, json.dumps(options.__dict__, sort_keys=True))
         with self._lock:
-            target = self.get(target_spec)
-            key = (target_spec, name, json.dumps(options.__dict__, sort_keys=True))
-            if key not in self._drafters:
-                drafter = build_drafter(name, target, options, load=lambda spec, **_: self.get(spec))
-                self._drafters[key] = (drafter, {target_spec, options.draft_model})
+            if key in self._drafters:
+                return self._drafters[key][0]
+        drafter = build_drafter(name, target, options, load=lambda spec, **_: self.get(spec))
+        with self._lock:
+            self._drafters.setdefault(key, (drafter, {target_spec, options.draft_model}))
             return self._drafters[key][0]
 
     def loaded(self) -> list[str]:
         with self._lock:
             return list(self._models)
 
-    def peek(self, spec: str) -> LoadedModel | None:
+    def peek(self, spec: str, touch: bool = False) -> LoadedModel | None:
+        """The model if loaded (touch: count this as a use for the LRU order); never loads."""
         with self._lock:
-            return self._models.get(spec)
+            model = self._models.get(spec)
+            if model is not None and touch:
+                self._models.move_to_end(spec)
+            return model
 
     def _evict(self, keep: str) -> None:
         while sum(model_bytes(m) for m in self._models.values()) > self.budget_bytes and len(self._models) > 1:

@@ -7,6 +7,7 @@ compare two drafters; open the run in History. Screenshots go to artifacts/scree
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -85,9 +86,14 @@ def type_prompt(page, text: str) -> None:
 def test_live_run_shows_tokens_step_by_step(browser_page):
     page = browser_page
     type_prompt(page, PROMPT)
+    pressed = time.perf_counter()
     page.get_by_role("button", name="Run", exact=True).click()
     tokens = page.locator("span.ss-acc, span.ss-tgt")
     tokens.first.wait_for()
+    first_token_s = time.perf_counter() - pressed  # reported, not asserted: timings belong in benchmarks
+    (SHOTS.parent / "e2e_timings.json").write_text(json.dumps({"run_to_first_token_s": first_token_s,
+                                                               "prompt_chars": len(PROMPT)}))
+    print(f"Run pressed -> first token on screen: {first_token_s:.2f} s")
     seen = []
     deadline = time.time() + 180
     while speedup_shown(page).count() == 0 and time.time() < deadline:
