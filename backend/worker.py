@@ -30,9 +30,10 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from backend.drafters import DRAFTER_NAMES, DrafterOptions
 from backend.errors import SpecScopeError
 from backend.jobs import Job, Scheduler
+from backend.kv import cached_forward, new_cache
 from backend.live import LaneSpec, LiveService, RunRequest
 from backend.model_cache import ModelCache
-from backend.models import DEFAULT_SPEC
+from backend.models import DEFAULT_SPEC, LoadedModel
 from backend.policy import MAX_DRAFT_LEN
 from backend.store import RunStore
 from backend.verify import SamplingParams
@@ -126,12 +127,13 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                         settings.allow_remote_code)
     service = LiveService(models, store)
     scheduler = Scheduler(service.execute)
-    state = {"preload_error": None}
+    state = {"preload_error": None, "warm": set()}
 
     def preload() -> None:
         for spec in settings.preload:
             try:
-                models.get(spec)
+                warm_up(models.get(spec))
+                state["warm"].add(spec)
             except SpecScopeError as error:
                 state["preload_error"] = str(error)
 
@@ -163,7 +165,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     @app.get("/health")
     def health() -> dict:
         loaded = models.loaded()
-        ready = all(spec in loaded for spec in settings.preload) or state["preload_error"] is not None
+        ready = set(settings.preload) <= state["warm"] or state["preload_error"] is not None
         return {"status": "ready" if ready else "loading", "loading": models.loading, "loaded": loaded,
                 "error": state["preload_error"], "default_target": settings.default_target,
                 "device": settings.device, "queue_length": scheduler.queue_length,
@@ -228,6 +230,16 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     app.state.store = store
     app.state.models = models
     return app
+
+
+def warm_up(model: LoadedModel) -> None:
+    """One short prefill and a few single-token steps, so the first user's request does not pay for
+    the kernels' and allocator's first use (a second or more on a CPU)."""
+    cache = new_cache(model.model)
+    filler = [min(model.eos_token_ids or {0})] * 64
+    cached_forward(model.model, filler, cache, logits_to_keep=1)
+    for _ in range(3):
+        cached_forward(model.model, filler[:2], cache)
 
 
 def _clean(row: dict) -> dict:

@@ -54,6 +54,7 @@ def step_html(step: dict) -> str:
 
 
 def steps_html(steps: list[dict]) -> str:
+    """The whole output so far; the container carries the run id (data-run) of its steps."""
     body, turn = [], None
     for step in steps:
         if step.get("turn", 0) != turn:
@@ -61,4 +62,5 @@ def steps_html(steps: list[dict]) -> str:
             if turn:
                 body.append(f'<span class="ss-turn">— turn {turn + 1} —</span>')
         body.append(step_html(step))
-    return f'{STYLE}<div class="ss-out">{"".join(body)}</div>'
+    run = escape(str(steps[0].get("run_id", "")), quote=True) if steps else ""
+    return f'{STYLE}<div class="ss-out" data-run="{run}">{"".join(body)}</div>'
