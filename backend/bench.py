@@ -24,7 +24,7 @@ import torch
 
 from backend.drafters import DrafterOptions, build_drafter
 from backend.engine import GenerationSettings
-from backend.metrics import acceptance_stats, geomean
+from backend.metrics import acceptance_stats, geomean, speedup
 from backend.models import LoadedModel
 from backend.prompts import Question
 from backend.runner import Runner
@@ -137,7 +137,7 @@ def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]],
     return {
         "prompts": len(questions),
         "plain_tokens_per_s": sum(r.new_tokens for r in plain_runs) / sum(r.seconds for r in plain_runs),
-        "engine_plain_vs_hf_generate": geomean([m["plain"].tokens_per_s / m["hf-generate"].tokens_per_s
+        "engine_plain_vs_hf_generate": geomean([speedup(m["plain"].tokens_per_s, m["hf-generate"].tokens_per_s)
                                                 for m in per_prompt]),
         "hf_generate_lossless": f"{sum(m['hf-generate'].output_ids == m['plain'].output_ids for m in per_prompt)}"
                                 f"/{len(per_prompt)}",
@@ -162,9 +162,9 @@ def _figures(per_prompt: list[dict[str, Measurement]], label: str, indices: list
     return {
         "al": acceptance_stats(steps).al if steps else None,
         "tokens_per_s": sum(r.new_tokens for r in runs) / sum(r.seconds for r in runs),
-        "speedup_vs_plain": geomean([per_prompt[i][label].tokens_per_s / per_prompt[i]["plain"].tokens_per_s
+        "speedup_vs_plain": geomean([speedup(per_prompt[i][label].tokens_per_s, per_prompt[i]["plain"].tokens_per_s)
                                      for i in indices]),
-        "speedup_vs_hf_assisted": geomean([per_prompt[i][label].tokens_per_s / versus(per_prompt[i])
+        "speedup_vs_hf_assisted": geomean([speedup(per_prompt[i][label].tokens_per_s, versus(per_prompt[i]))
                                            for i in indices]) if versus else None,
         "equal": sum(per_prompt[i][label].output_ids == per_prompt[i]["plain"].output_ids for i in indices),
     }

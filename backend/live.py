@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
+from backend import metrics
 from backend.drafters import DrafterOptions
 from backend.engine import GenerationSettings, StepEvent
 from backend.errors import SpecScopeError
@@ -198,7 +199,7 @@ class LiveService:
             baseline = self._baseline(job, runner, request)
         elif lane.spec.draft_len == 0 or lane.spec.drafter == "none":
             baseline = speed["tokens_per_s"]
-        speedup = speed["tokens_per_s"] / baseline if baseline else None
+        speedup = metrics.speedup(speed["tokens_per_s"], baseline) if baseline else None
         self.store.finish_run(lane.run_id, status="complete", baseline_tokens_per_s=baseline,
                               **_final_fields(lane.turns, speed))
         job.emit({"type": "summary", "run_id": lane.run_id, "lane": lane.index, **speed,
