@@ -68,7 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(speed)
     _add_drafter_args(speed, with_name=False)
-    speed.set_defaults(handler=_bench_speed)
+    speed.set_defaults(handler=lambda args: _bench('speed', args))
+
+    sweep = bench.add_parser("sweep", help="drafters x D x batch sizes, stored in DuckDB, with the Pareto frontier",
+                             description="Runs the grid with the batched engine and stores every point (through "
+                                         "the worker when one answers, else directly into the DuckDB file).")
+    sweep.add_argument("--suite", type=Path, required=True)
+    sweep.add_argument("--drafters", type=_names, default=["ngram", "suffix"])
+    sweep.add_argument("--draft-lens", type=_draft_lens, default=[0, 2, 4, 8],
+                       help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)")
+    sweep.add_argument("--batch-sizes", type=_sizes, default=[1, 2, 4, 8, 16])
+    sweep.add_argument("--max-new-tokens", type=int, default=64)
+    sweep.add_argument("--categories", type=_names)
+    sweep.add_argument("--limit", type=int)
+    sweep.add_argument("--per-category", type=int)
+    sweep.add_argument("--target", default="default")
+    sweep.add_argument("--device", default="auto")
+    sweep.add_argument("--dtype", default="auto")
+    sweep.add_argument("--allow-remote-code", action="store_true")
+    sweep.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
+    sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
+    sweep.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
+    sweep.set_defaults(handler=lambda args: _bench('sweep', args))
 
     stream = bench.add_parser("stream", help="tokens/s through the worker's stream vs in process; memory",
                               description="Decodes the same prompts in this process and through a worker "
@@ -84,7 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--target", default="default")
     stream.add_argument("--device", default="auto")
     stream.add_argument("--json", action="store_true")
-    stream.set_defaults(handler=_bench_stream)
+    stream.set_defaults(handler=lambda args: _bench('stream', args))
+
+    codesign = commands.add_parser("codesign", help="the draft-length rules for a target, next to measurements",
+                                   description="G, D = 128/G - 1, the D ladder, predicted vs measured speedup by D "
+                                               "and the recommended D per batch size from stored sweeps.")
+    codesign.add_argument("--target", default="default")
+    codesign.add_argument("--drafter", help="the drafter to analyse (default: the fastest measured)")
+    codesign.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
+    codesign.add_argument("--json", action="store_true")
+    codesign.set_defaults(handler=lambda args: _bench("codesign", args))
 
     worker = commands.add_parser("worker", help="serve models over HTTP for the dashboard (FastAPI + uvicorn)",
                                  description="The worker owns the models and the device and is the only writer "
@@ -139,6 +169,14 @@ def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt raw, without a chat template")
 
 
+def _bench(command: str, args: argparse.Namespace) -> int:
+    from backend import cli_bench
+
+    handlers = {"speed": cli_bench.bench_speed, "sweep": cli_bench.bench_sweep, "stream": cli_bench.bench_stream,
+                "codesign": cli_bench.codesign}
+    return handlers[command](args)
+
+
 def _names(text: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
@@ -147,7 +185,7 @@ def _names(text: str) -> list[str]:
 
 
 def _draft_len(text: str) -> int | str:
-    if text == "auto":
+    if text == "auto" or text.startswith("schedule:"):
         return text
     try:
         return int(text)
@@ -157,6 +195,16 @@ def _draft_len(text: str) -> int | str:
 
 def _draft_lens(text: str) -> list[int | str]:
     return [_draft_len(part) for part in _names(text)]
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated batch sizes, got {text!r}") from None
+    if any(size < 1 for size in sizes):
+        raise argparse.ArgumentTypeError("batch sizes must be at least 1")
+    return sizes
 
 
 def _drafter_options(args: argparse.Namespace):
@@ -287,81 +335,3 @@ def _worker(args: argparse.Namespace) -> int:
     print(f"SpecScope worker on http://{args.host}:{args.port} (docs at /docs)", file=sys.stderr, flush=True)
     serve(args.host, args.port, settings)
     return 0
-
-
-# ---------------------------------------------------------------------------------------------------
-# bench speed
-
-
-def _bench_speed(args: argparse.Namespace) -> int:
-    from backend.bench import speed_benchmark
-    from backend.drafters import DRAFTER_NAMES
-    from backend.policy import make_policy
-    from backend.prompts import load_suite
-
-    for name in args.drafters:
-        if name not in DRAFTER_NAMES or name == "none":
-            raise SpecScopeError(f"unknown drafter '{name}': choose from {', '.join(DRAFTER_NAMES[1:])}")
-    for draft_len in args.draft_lens:
-        make_policy(draft_len, free_drafter=True)
-    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
-    if not questions:
-        raise SpecScopeError(f"{args.suite} has no prompts to run")
-    target = _load_target(args)
-    from tqdm import tqdm
-
-    runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + len(args.drafters) * len(args.draft_lens)
-    with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
-        def progress(label: str) -> None:
-            bar.set_postfix_str(label)
-            bar.update(1)
-
-        report = speed_benchmark(target, questions, args.drafters, args.draft_lens, args.max_new_tokens,
-                                 _drafter_options(args), progress)
-    print(format_speed_table(report))
-    if args.json:
-        print(json.dumps(report))
-    return 0
-
-
-def _bench_stream(args: argparse.Namespace) -> int:
-    from backend.bench_worker import stream_benchmark
-    from backend.policy import make_policy
-    from backend.prompts import load_suite
-
-    make_policy(args.draft_len, free_drafter=True)
-    questions = load_suite(args.suite, args.categories, per_category=args.per_category)
-    _quiet_libraries()
-    report = stream_benchmark(args.target, questions, args.drafter, args.draft_len, args.max_new_tokens,
-                              args.repeats, args.device)
-    memory = report["worker_memory_after_runs_mb"]
-    print(f"{len(report['rows'])} runs of {args.drafter}@{args.draft_len}: worker stream / in process = "
-          f"{report['geomean_worker_over_in_process']:.3f} (geomean); first step record after "
-          f"{1000 * report['median_first_step_s']:.0f} ms (median); worker RSS {memory['rss_mb']:.0f} MB "
-          f"(peak {memory['peak_rss_mb']:.0f} MB); outputs equal: {report['all_outputs_equal']}")
-    if args.json:
-        print(json.dumps(report))
-    return 0
-
-
-def format_speed_table(report: dict) -> str:
-    lines = [f"{report['prompts']} prompts; plain decoding {report['plain_tokens_per_s']:.1f} tok/s; "
-             f"engine plain vs HF generate {report['engine_plain_vs_hf_generate']:.2f}x "
-             f"(HF greedy equal to ours on {report['hf_generate_lossless']})", ""]
-    header = f"{'config':<18}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
-    lines.append(header)
-    for label, row in report["summary"].items():
-        al = f"{row['al']:.2f}" if row["al"] is not None else "-"
-        versus_hf = row["geomean_speedup_vs_hf_assisted"]
-        lines.append(f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
-                     f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
-                     f"{row['lossless']:>10}")
-    lines += ["", "speedup vs plain by category:"]
-    categories = sorted({row["category"] for row in report["results"]})
-    lines.append(f"{'config':<18}" + "".join(f"{c[:11]:>12}" for c in categories))
-    for label in report["summary"]:
-        name, draft_len = label.rsplit("@", 1)
-        cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"]
-                 if r["drafter"] == name and str(r["draft_len"]) == draft_len}
-        lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
-    return "\n".join(lines)

@@ -45,6 +45,15 @@ class WorkerClient:
     def compare(self, **body) -> Iterator[dict]:
         return self._stream("/compare", body)
 
+    def sweep(self, **body) -> Iterator[dict]:
+        return self._stream("/sweeps", body)
+
+    def sweeps(self) -> list[dict]:
+        return self._get("/sweeps")
+
+    def sweep_points(self, sweep_id: str | None = None, target: str | None = None) -> list[dict]:
+        return self._get("/sweeps/points", params={k: v for k, v in (("sweep_id", sweep_id), ("target", target)) if v})
+
     def _get(self, path: str, params: dict | None = None):
         try:
             response = self._http.get(path, params=params)

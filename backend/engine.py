@@ -9,7 +9,10 @@
 
 D = 0 is plain autoregressive decoding through the same code: the baseline every speedup is
 measured against. The engine is a generator so a caller (CLI, worker, UI) sees each step as it
-happens. It works on token ids; the tokenizer is only used to check stop strings.
+happens. A `Sequence` holds what one sequence needs between forward passes (its drafter session,
+draft-length policy, output and stop rules); `Generation` drives one of them against its own cache,
+and batch.py drives many against a shared one. It works on token ids; the tokenizer is only used to
+check stop strings.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ from backend.drafters.base import Draft, Drafter, DraftRequest, DraftSession, St
 from backend.errors import SpecScopeError
 from backend.kv import cached_forward, new_cache, prepare_for_rollback, trim_cache
 from backend.policy import DraftLengthPolicy, make_policy
-from backend.verify import SamplingParams, greedy_verify, rejection_verify, replay_verify, target_probs
+from backend.verify import SamplingParams, Verdict, greedy_verify, rejection_verify, replay_verify, target_probs
 
 
 @dataclass
 class GenerationSettings:
     max_new_tokens: int = 128
-    draft_len: int | str = 4  # an int D, or "auto"
+    draft_len: int | str = 4  # an int D, "auto", or "schedule:1=8/4=4" (D by batch size)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop_strings: tuple[str, ...] = ()
@@ -56,121 +59,119 @@ class StepEvent:
         return asdict(self)
 
 
-class Generation:
-    """One request in flight: iterate it for StepEvents; afterwards read output_ids and timings."""
+@dataclass
+class PendingStep:
+    """A step between drafting and verification."""
+
+    cap: int
+    draft: Draft
+    drafted: list[int]
+    draft_s: float
+
+
+class Sequence:
+    """One sequence's state across steps: what it has committed, how it drafts and when it stops."""
 
     def __init__(self, engine: SpeculativeEngine, prompt_ids: list[int], drafter: Drafter | None,
-                 settings: GenerationSettings, decode: Callable[[list[int]], str] | None,
-                 reference: list[int] | None = None) -> None:
+                 settings: GenerationSettings, decode: Callable[[list[int]], str] | None = None,
+                 reference: list[int] | None = None, batch_size: Callable[[], int] = lambda: 1) -> None:
         self.engine = engine
-        self.reference = reference  # replay: verify against this target rollout instead of sampling
         self.prompt_ids = list(prompt_ids)
         self.drafter = drafter
         self.settings = settings
         self.decode = decode
+        self.reference = reference  # replay: verify against this target rollout instead of sampling
         self.policy: DraftLengthPolicy = make_policy(
             settings.draft_len if drafter is not None else 0,
-            free_drafter=drafter is not None and drafter.free_to_propose,
+            free_drafter=drafter is not None and drafter.free_to_propose, batch_size=batch_size,
         )
-        self.output_ids: list[int] = []
-        self.steps: list[StepEvent] = []
-        self.finish_reason: str | None = None
-        self.prefill_s = 0.0
-        self.decode_s = 0.0
         self.max_new_tokens = engine.check_request(self.prompt_ids, settings)
         if reference is not None:
             self.max_new_tokens = min(self.max_new_tokens, len(reference))
+        self.generator = torch.Generator(device=engine.device).manual_seed(settings.seed)
+        self.session: DraftSession | None = None
+        self.output_ids: list[int] = []
+        self.steps: list[StepEvent] = []
+        self.finish_reason: str | None = None
 
-    def __iter__(self) -> Iterator[StepEvent]:
-        engine, settings = self.engine, self.settings
-        generator = torch.Generator(device=engine.device).manual_seed(settings.seed)
-        hidden_layers = self.drafter.target_hidden_layers if self.drafter else ()
-        cache = new_cache(engine.model)
-        started = engine.clock()
-        prompt_hidden = engine.prefill(self.prompt_ids[:-1], cache, hidden_layers)
-        session = self.drafter.start(self.prompt_ids, prompt_hidden) if self.drafter else None
-        self.prefill_s = engine.clock() - started
-        committed = list(self.prompt_ids)
-        try:
-            while self.finish_reason is None:
-                event, outcome = self._step(len(self.steps), committed, cache, session, generator, hidden_layers)
-                committed.extend(event.emitted)
-                self.output_ids.extend(event.emitted)
-                self.decode_s += event.draft_s + event.verify_s
-                self.steps.append(event)
-                if session is not None:
-                    session.observe(outcome)
-                yield event
-        finally:
-            if session is not None:
-                session.close()
+    @property
+    def committed(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
 
-    def run(self) -> Generation:
-        for _ in self:
-            pass
-        return self
+    def start(self, prompt_hidden: dict[int, torch.Tensor]) -> None:
+        if self.drafter is not None:
+            self.session = self.drafter.start(self.prompt_ids, prompt_hidden)
 
-    def _step(self, index: int, committed: list[int], cache, session: DraftSession | None,
-              generator: torch.Generator, hidden_layers: tuple[int, ...]) -> tuple[StepEvent, StepOutcome]:
-        engine, sampling, policy = self.engine, self.settings.sampling, self.policy
-        remaining = self.max_new_tokens - len(self.output_ids)
-        cap = min(policy.cap, remaining - 1)
-        started = engine.clock()
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def draft(self) -> PendingStep:
+        """Ask the drafter for this step's drafts, as many as the policy will verify."""
+        sampling, policy, session = self.settings.sampling, self.policy, self.session
+        cap = min(policy.cap, self.max_new_tokens - len(self.output_ids) - 1)
+        started = self.engine.clock()
         draft, verified = Draft([]), 0
         if session is not None and cap > 0:
+            committed = self.committed
             if self.drafter.free_to_propose:  # look first, then decide how much of it to verify
-                draft = session.propose(DraftRequest(committed, cap, sampling, generator))
+                draft = session.propose(DraftRequest(committed, cap, sampling, self.generator))
                 verified = policy.choose(len(draft.tokens), draft.evidence)
             else:  # decide first: every drafted token costs a forward pass
                 verified = policy.choose(cap, None)
                 if verified:
-                    draft = session.propose(DraftRequest(committed, verified, sampling, generator))
-        drafted = draft.tokens[:verified]
-        draft_s = engine.clock() - started
+                    draft = session.propose(DraftRequest(committed, verified, sampling, self.generator))
+        return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started)
 
-        started = engine.clock()
-        result = engine.forward([committed[-1], *drafted], cache, bool(hidden_layers))
-        logits = result.logits  # [k+1, V]
+    def verify(self, logits: torch.Tensor, pending: PendingStep) -> tuple[Verdict, torch.Tensor]:
+        """The acceptance rule on this sequence's slice of a verification pass.
+        logits: [k+1, V] for [newest token, d_1..d_k]. Returns the verdict and the probabilities shown
+        on hover (the processed target distribution; softmax at T=1 when greedy)."""
+        sampling, drafted = self.settings.sampling, pending.drafted
         drafted_tensor = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [k]
+        shown = torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)  # [k+1, V]
         if self.reference is not None:
-            verdict = replay_verify(self.reference[len(self.output_ids):], drafted)
-            shown = torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)
-        elif sampling.greedy:
-            verdict = greedy_verify(logits, drafted_tensor)
-            shown = torch.softmax(logits, dim=-1)  # [k+1, V] what the UI shows on hover
-        else:
-            shown = target_probs(logits, sampling)
-            draft_probs = draft.probs[: len(drafted)] if draft.probs is not None else None
-            verdict = rejection_verify(shown, drafted_tensor, draft_probs, generator)
-        trim_cache(cache, keep=len(committed) + verdict.accepted)
-        verify_s = engine.clock() - started
+            return replay_verify(self.reference[len(self.output_ids):], drafted), shown
+        if sampling.greedy:
+            return greedy_verify(logits, drafted_tensor), shown
+        draft_probs = pending.draft.probs[: len(drafted)] if pending.draft.probs is not None else None
+        return rejection_verify(shown, drafted_tensor, draft_probs, self.generator), shown
 
+    def commit(self, pending: PendingStep, verdict: Verdict, shown: torch.Tensor, verify_s: float,
+               hidden: dict[int, torch.Tensor] | None = None) -> StepEvent:
+        """Append what the step kept, apply the stop rules, tell the policy and the drafter."""
+        drafted, draft = pending.drafted, pending.draft
         new_tokens = [*drafted[: verdict.accepted], verdict.token]
-        emitted, finish = self._apply_stops(new_tokens, remaining)
+        emitted, finish = self._cut_at_stops(new_tokens)
         first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
-        policy.observe(len(drafted), verdict.accepted, draft_s + verify_s, draft.evidence, first_matched)
-        self.finish_reason = finish
-        positions = range(len(drafted))
+        self.policy.observe(len(drafted), verdict.accepted, pending.draft_s + verify_s, draft.evidence,
+                            first_matched)
         event = StepEvent(
-            index=index,
-            draft_len=cap,
+            index=len(self.steps),
+            draft_len=pending.cap,
             drafted=drafted,
             draft_probs=draft.confidence[: len(drafted)] if draft.confidence is not None else None,
-            target_probs=[float(shown[i, drafted[i]]) for i in positions],
+            target_probs=[float(shown[i, token]) for i, token in enumerate(drafted)],
             accepted=verdict.accepted,
             target_token=verdict.token,
             target_token_prob=float(shown[verdict.accepted, verdict.token]),
             emitted=emitted,
-            draft_s=draft_s,
+            draft_s=pending.draft_s,
             verify_s=verify_s,
-            stop_reason=_short_draft_reason(draft, len(drafted), cap),
+            stop_reason=_short_draft_reason(draft, len(drafted), pending.cap),
             finish_reason=finish,
         )
-        hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
-        return event, StepOutcome(committed=new_tokens, accepted=verdict.accepted, hidden=hidden)
+        self.output_ids.extend(emitted)
+        self.steps.append(event)
+        self.finish_reason = finish
+        if self.session is not None:
+            self.session.observe(StepOutcome(committed=new_tokens, accepted=verdict.accepted, hidden=hidden or {}))
+        return event
 
-    def _apply_stops(self, new_tokens: list[int], remaining: int) -> tuple[list[int], str | None]:
+    def _cut_at_stops(self, new_tokens: list[int]) -> tuple[list[int], str | None]:
         """Cut this step's tokens at EOS, a stop string, the token budget or the context end."""
+        remaining = self.max_new_tokens - len(self.output_ids)
         for i, token in enumerate(new_tokens):
             if token in self.engine.eos_ids:
                 return new_tokens[: i + 1], "eos"
@@ -183,6 +184,56 @@ class Generation:
             finish = "context" if self.max_new_tokens < self.settings.max_new_tokens else "length"
             return new_tokens[:remaining], finish
         return new_tokens, None
+
+
+class Generation:
+    """One request in flight: iterate it for StepEvents; afterwards read output_ids and timings."""
+
+    def __init__(self, engine: SpeculativeEngine, sequence: Sequence) -> None:
+        self.engine = engine
+        self.sequence = sequence
+        self.prefill_s = 0.0
+        self.decode_s = 0.0
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.sequence.output_ids
+
+    @property
+    def steps(self) -> list[StepEvent]:
+        return self.sequence.steps
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.sequence.finish_reason
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        engine, sequence = self.engine, self.sequence
+        hidden_layers = sequence.drafter.target_hidden_layers if sequence.drafter else ()
+        cache = new_cache(engine.model)
+        started = engine.clock()
+        sequence.start(engine.prefill(sequence.prompt_ids[:-1], cache, hidden_layers))
+        self.prefill_s = engine.clock() - started
+        try:
+            while sequence.finish_reason is None:
+                pending = sequence.draft()
+                started = engine.clock()
+                committed = len(sequence.committed)
+                result = engine.forward([sequence.committed[-1], *pending.drafted], cache, bool(hidden_layers))
+                verdict, shown = sequence.verify(result.logits, pending)
+                trim_cache(cache, keep=committed + verdict.accepted)
+                verify_s = engine.clock() - started
+                hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
+                event = sequence.commit(pending, verdict, shown, verify_s, hidden)
+                self.decode_s += event.draft_s + event.verify_s
+                yield event
+        finally:
+            sequence.close()
+
+    def run(self) -> Generation:
+        for _ in self:
+            pass
+        return self
 
 
 def _short_draft_reason(draft: Draft, verified: int, cap: int) -> str | None:
@@ -206,7 +257,7 @@ class SpeculativeEngine:
     def generate(self, prompt_ids: list[int], drafter: Drafter | None, settings: GenerationSettings,
                  decode: Callable[[list[int]], str] | None = None, reference: list[int] | None = None) -> Generation:
         """A request; with `reference` (a target rollout) drafts are scored against it (replay)."""
-        return Generation(self, prompt_ids, drafter, settings, decode, reference)
+        return Generation(self, Sequence(self, prompt_ids, drafter, settings, decode, reference))
 
     def check_request(self, prompt_ids: list[int], settings: GenerationSettings) -> int:
         """Validate a request; return how many new tokens it may generate (the context may cap it)."""

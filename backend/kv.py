@@ -60,7 +60,83 @@ def cached_forward(
     return ForwardResult(out.logits[0].float(), hidden)
 
 
+@torch.inference_mode()
+def batched_forward(model: PreTrainedModel, inputs: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor,
+                    cache: DynamicCache) -> torch.Tensor:
+    """inputs [B, T] on top of a batch cache; valid [B, slots + T] marks the slots each row may attend
+    to; positions [B, T] are each row's RoPE positions. Returns logits [B, T, V] (float32)."""
+    out = model(input_ids=inputs, attention_mask=valid, position_ids=positions, use_cache=True,
+                **{_cache_keyword(type(model)): cache})
+    return out.logits.float()
+
+
 @memoize
 def _cache_keyword(model_class: type) -> str:
     """transformers 5.x renamed `past_key_values` to `cache`; remote-code models may still use the old name."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+# ---------------------------------------------------------------------------------------------------
+# batches: one rectangular cache for many sequences, with a [batch, slots] mask of valid slots
+
+
+def full_attention_layers(cache: DynamicCache) -> list:
+    layers = list(cache.layers)
+    if any(getattr(layer, "is_sliding", False) for layer in layers):
+        raise ValueError("batched decoding needs a model whose layers all use full attention "
+                         "(this one has sliding-window layers): decode its prompts one at a time")
+    return layers
+
+
+def stack_caches(caches: list[DynamicCache], template: DynamicCache,
+                 device: torch.device) -> tuple[DynamicCache, torch.Tensor]:
+    """Left-pad single-sequence caches into `template`. Returns (cache, valid [batch, slots] bool)."""
+    lengths = [cache.get_seq_length() for cache in caches]
+    slots = max(lengths)
+    if slots == 0:  # nothing prefilled (one-token prompts): the first batched pass initialises the cache
+        return template, torch.zeros(len(caches), 0, dtype=torch.bool, device=device)
+    for layer_index, target in enumerate(full_attention_layers(template)):
+        keys, values = [], []
+        for cache, length in zip(caches, lengths, strict=True):
+            layer = cache.layers[layer_index]
+            if length:
+                k, v = layer.keys, layer.values  # [1, kv_heads, length, head_dim]
+            else:
+                reference = next(c.layers[layer_index] for c, n in zip(caches, lengths, strict=True) if n)
+                k = reference.keys[:1, :, :0]
+                v = reference.values[:1, :, :0]
+            pad = slots - length
+            keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
+            values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
+        target.lazy_initialization(keys[0], values[0])
+        target.keys, target.values = torch.cat(keys), torch.cat(values)  # [batch, kv_heads, slots, head_dim]
+    valid = torch.zeros(len(caches), slots, dtype=torch.bool, device=device)
+    for row, length in enumerate(lengths):
+        valid[row, slots - length:] = True
+    return template, valid
+
+
+def select_rows(cache: DynamicCache, valid: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """Keep only these batch rows (in place for the cache); returns their valid mask."""
+    index = torch.tensor(rows, dtype=torch.long, device=valid.device)
+    cache.reorder_cache(index)
+    return valid.index_select(0, index)
+
+
+def compact(cache: DynamicCache, valid: torch.Tensor) -> torch.Tensor:
+    """Squeeze out invalid slots (rejected drafts, padding), left-padding rows to the longest.
+    Returns the new valid mask. Slot order, and so every position's RoPE, is unchanged."""
+    counts = valid.sum(dim=1)  # [batch]
+    slots = int(counts.max())
+    order = torch.argsort((~valid).int(), dim=1, stable=True)  # [batch, slots]: valid slots first, in order
+    index = torch.zeros(valid.shape[0], slots, dtype=torch.long, device=valid.device)
+    new_valid = torch.zeros(valid.shape[0], slots, dtype=torch.bool, device=valid.device)
+    for row in range(valid.shape[0]):
+        n = int(counts[row])
+        index[row, slots - n:] = order[row, :n]
+        new_valid[row, slots - n:] = True
+    for layer in full_attention_layers(cache):
+        gather = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        layer.keys = torch.gather(layer.keys, 2, gather)  # padding slots hold copies of slot 0: masked anyway
+        layer.values = torch.gather(layer.values, 2, gather)
+    return new_valid

@@ -29,8 +29,10 @@ from backend.errors import SpecScopeError
 from backend.jobs import Job, JobCancelled
 from backend.model_cache import ModelCache
 from backend.models import LoadedModel
+from backend.prompts import Question
 from backend.runner import Runner, RunResult, TurnResult
 from backend.store import RunStore
+from backend.sweep import SweepStopped, run_sweep
 from backend.verify import SamplingParams
 
 FLUSH_EVERY_STEPS = 64  # steps reach the store in batches, at least this often ...
@@ -76,13 +78,17 @@ class LaneRun:
 
 
 class LiveService:
-    def __init__(self, models: ModelCache, store: RunStore) -> None:
+    def __init__(self, models: ModelCache, store: RunStore, default_target: str = "default") -> None:
         self.models = models
         self.store = store
+        self.default_target = default_target
 
     # -- entry points (compute thread) ------------------------------------------------------------
 
     def execute(self, job: Job) -> None:
+        if job.kind == "sweep":
+            self._sweep(job)
+            return
         request: RunRequest = job.request
         group_id = uuid.uuid4().hex if len(request.lanes) > 1 else None
         lanes: list[LaneRun] = []
@@ -103,6 +109,32 @@ class LiveService:
         except Exception as error:
             self._fail(lanes, f"{type(error).__name__}: {error}")
             raise
+
+    def _sweep(self, job: Job) -> None:
+        """A sweep as one job: progress records as it goes, then {type: sweep, report}."""
+        body = job.request
+        try:
+            target = self._load(job, body.target or self.default_target)
+        except SpecScopeError as error:
+            job.emit({"type": "error", "message": str(error)})
+            return
+        questions = [Question(q.question_id, q.category, tuple(q.turns)) for q in body.questions]
+
+        def progress(label: str, done: int, total: int) -> None:
+            if job.cancelled.is_set():
+                raise SweepStopped
+            job.emit({"type": "progress", "label": label, "done": done, "total": total})
+
+        try:
+            report = run_sweep(target, questions, body.drafters, body.draft_lens, body.batch_sizes,
+                               body.max_new_tokens, DrafterOptions(), self.store, progress,
+                               {**body.settings, "max_new_tokens": body.max_new_tokens})
+        except SweepStopped:
+            return
+        except SpecScopeError as error:
+            job.emit({"type": "error", "message": str(error)})
+            return
+        job.emit({"type": "sweep", **report})
 
     def _fail(self, lanes: list[LaneRun], message: str) -> None:
         self.store.fail_unfinished([lane.run_id for lane in lanes], message)

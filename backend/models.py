@@ -184,8 +184,6 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a spec (see the module docstring)."""
     spec = (spec or "").strip()
-    if not spec:
-        raise ModelLoadError("empty model spec: give `default`, a Hugging Face id, a folder or a .gguf file")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     if torch_device.type == "cpu":
@@ -194,19 +192,39 @@ def load_model(
         # and saves that copy (8-15% of a 9-token verify pass on SmolLM2). Single-token passes
         # already take this path. CUDA keeps transformers' default (its flash kernels need no mask).
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
-    if spec == DEFAULT_SPEC or spec.endswith(".gguf"):
-        gguf_path = embedded_default_path() if spec == DEFAULT_SPEC else Path(spec).expanduser()
-        if not gguf_path.is_file():
-            raise ModelLoadError(f"no such GGUF file: {gguf_path}")
-        fingerprint = file_sha256(gguf_path)
-        source = str(_dequantised_folder(gguf_path, fingerprint))
-    else:
-        source, fingerprint = _folder_or_hub(spec, allow_remote_code)
+    source, fingerprint = _resolve_source(spec, allow_remote_code)  # first: a bad spec fails before anything
     model = _load_causal_lm(spec, source, torch_dtype, allow_remote_code)
     tokenizer = _load_tokenizer(spec, source, allow_remote_code)
     model.to(torch_device)
     model.eval()
     return LoadedModel(spec, source, fingerprint, model, tokenizer, torch_device, torch_dtype)
+
+
+def config_facts(spec: str, allow_remote_code: bool = False) -> dict:
+    """Architecture facts from a model's config alone, without loading its weights."""
+    source, _ = _resolve_source((spec or "").strip(), allow_remote_code)
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=allow_remote_code).get_text_config(decoder=True)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"could not read the config of '{spec}': {_first_line(error)}") from error
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return {"model_type": config.model_type, "num_layers": config.num_hidden_layers, "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads, "G": heads / kv_heads, "hidden_size": config.hidden_size,
+            "vocab_size": config.vocab_size}
+
+
+def _resolve_source(spec: str, allow_remote_code: bool) -> tuple[str, str]:
+    """(where to read the model from, its fingerprint) for any spec form."""
+    if not spec:
+        raise ModelLoadError("empty model spec: give `default`, a Hugging Face id, a folder or a .gguf file")
+    if spec == DEFAULT_SPEC or spec.endswith(".gguf"):
+        gguf_path = embedded_default_path() if spec == DEFAULT_SPEC else Path(spec).expanduser()
+        if not gguf_path.is_file():
+            raise ModelLoadError(f"no such GGUF file: {gguf_path}")
+        fingerprint = file_sha256(gguf_path)
+        return str(_dequantised_folder(gguf_path, fingerprint)), fingerprint
+    return _folder_or_hub(spec, allow_remote_code)
 
 
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:

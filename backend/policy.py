@@ -24,6 +24,7 @@ It knows nothing about models or drafters beyond those numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from backend.errors import SpecScopeError
@@ -141,10 +142,50 @@ class AdaptiveDraftLength:
         return self.step_seconds[nearest]
 
 
-def make_policy(draft_len: int | str, free_drafter: bool) -> DraftLengthPolicy:
-    """`draft_len` is an int D (0 = plain decoding) or "auto"."""
+class ScheduledDraftLength:
+    """D chosen by how many sequences decode together, as vLLM's `num_speculative_tokens_per_batch_size`
+    and TensorRT-LLM's `draft_len_schedule` do: the entry of the largest batch size not above the
+    current one (0 turns drafting off)."""
+
+    label = "schedule"
+
+    def __init__(self, table: dict[int, int], batch_size: Callable[[], int]) -> None:
+        self.table = dict(sorted(table.items()))
+        self.batch_size = batch_size
+
+    @property
+    def cap(self) -> int:
+        size = self.batch_size()
+        fitting = [d for b, d in self.table.items() if b <= size]
+        return fitting[-1] if fitting else next(iter(self.table.values()))
+
+    def choose(self, available: int, evidence: str | None) -> int:
+        return min(self.cap, available)
+
+    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
+                first_matched: bool | None) -> None:
+        pass
+
+
+def parse_schedule(text: str) -> dict[int, int]:
+    """'schedule:1=8/4=4/16=2' (or with commas) -> {1: 8, 4: 4, 16: 2}: batch size = D."""
+    try:
+        pairs = [part.split("=") for part in text.removeprefix("schedule:").replace("/", ",").split(",")]
+        table = {int(size): int(d) for size, d in pairs}
+    except ValueError as error:
+        raise SpecScopeError(f"a schedule looks like schedule:1=8/4=4/16=2 (batch size=D), got {text!r}") from error
+    if not table or any(size < 1 or not 0 <= d <= MAX_DRAFT_LEN for size, d in table.items()):
+        raise SpecScopeError(f"schedule entries need batch size >= 1 and 0 <= D <= {MAX_DRAFT_LEN}, got {text!r}")
+    return table
+
+
+def make_policy(draft_len: int | str, free_drafter: bool,
+                batch_size: Callable[[], int] = lambda: 1) -> DraftLengthPolicy:
+    """`draft_len` is an int D (0 = plain decoding), "auto", or "schedule:B=D/..." (D by batch size)."""
     if draft_len == "auto":
         return AdaptiveDraftLength(free_drafter=free_drafter)
+    if isinstance(draft_len, str) and draft_len.startswith("schedule:"):
+        return ScheduledDraftLength(parse_schedule(draft_len), batch_size)
     try:
         value = int(draft_len)
     except (TypeError, ValueError) as error:

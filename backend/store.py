@@ -85,6 +85,46 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         CREATE INDEX steps_by_run ON steps (run_id);
     """),
+    (2, """
+        ALTER TABLE runs ADD COLUMN batch_size INTEGER;
+        ALTER TABLE runs ADD COLUMN split VARCHAR;     -- prompt length split: short, medium, long
+        CREATE TABLE sweeps (
+            sweep_id VARCHAR PRIMARY KEY,
+            created_at TIMESTAMP NOT NULL,
+            finished_at TIMESTAMP,
+            status VARCHAR NOT NULL,
+            target VARCHAR NOT NULL,
+            target_fingerprint VARCHAR,
+            device VARCHAR,
+            settings JSON                  -- suite, drafters, draft lengths, batch sizes, tokens
+        );
+        CREATE TABLE sweep_points (
+            sweep_id VARCHAR NOT NULL,
+            drafter VARCHAR NOT NULL,
+            draft_len VARCHAR NOT NULL,
+            batch_size INTEGER NOT NULL,
+            category VARCHAR NOT NULL,      -- 'all', or one category
+            split VARCHAR NOT NULL,         -- 'all', or one prompt-length split
+            prompts INTEGER,
+            new_tokens INTEGER,
+            wall_s DOUBLE,
+            throughput_tps DOUBLE,          -- generated tokens/s across the batch, prefill included
+            decode_throughput_tps DOUBLE,
+            interactivity_tps DOUBLE,       -- tokens/s per user = 1 / mean TPOT
+            ttft_s DOUBLE,
+            al DOUBLE,
+            al_ci_low DOUBLE,
+            al_ci_high DOUBLE,
+            acceptance_rate DOUBLE,
+            histogram INTEGER[],
+            survival DOUBLE[],
+            conditional DOUBLE[],
+            draft_s_mean DOUBLE,
+            verify_s_mean DOUBLE,
+            rho DOUBLE,
+            lossless BOOLEAN
+        );
+    """),
 ]
 
 RUN_COLUMNS = [
@@ -92,7 +132,7 @@ RUN_COLUMNS = [
     "target", "target_fingerprint", "drafter", "drafter_options", "draft_len", "temperature", "top_p", "top_k", "seed",
     "max_new_tokens", "device", "dtype", "torch_version", "transformers_version", "prompt_tokens", "new_tokens", "al",
     "acceptance_rate", "tokens_per_s", "decode_s", "prefill_s", "baseline_tokens_per_s", "output_text",
-    "finish_reason", "error",
+    "finish_reason", "error", "batch_size", "split",
 ]
 STEP_COLUMNS = [
     "run_id", "turn", "step_index", "draft_len", "drafted", "draft_probs", "target_probs", "accepted", "target_token",
@@ -107,6 +147,11 @@ STEP_TYPES = pa.schema([
     ("verify_s", pa.float64()), ("stop_reason", pa.string()), ("finish_reason", pa.string()),
     ("drafted_text", pa.list_(pa.string())), ("emitted_text", pa.list_(pa.string())), ("target_text", pa.string()),
 ])
+SWEEP_POINT_COLUMNS = [
+    "sweep_id", "drafter", "draft_len", "batch_size", "category", "split", "prompts", "new_tokens", "wall_s",
+    "throughput_tps", "decode_throughput_tps", "interactivity_tps", "ttft_s", "al", "al_ci_low", "al_ci_high",
+    "acceptance_rate", "histogram", "survival", "conditional", "draft_s_mean", "verify_s_mean", "rho", "lossless",
+]
 FINAL_FIELDS = {"status", "finished_at", "new_tokens", "al", "acceptance_rate", "tokens_per_s", "decode_s",
                 "prefill_s", "baseline_tokens_per_s", "output_text", "finish_reason", "error", "prompt_tokens"}
 
@@ -252,6 +297,49 @@ class RunStore:
                 [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device],
             ).fetchone()
         return row[0] if row else None
+
+    # -- sweeps --------------------------------------------------------------------------------
+
+    def start_sweep(self, sweep_id: str, target: str, fingerprint: str, device: str, settings: dict) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO sweeps VALUES (?, ?, NULL, 'running', ?, ?, ?, ?)",
+                             [sweep_id, now(), target, fingerprint, device, json.dumps(settings)])
+
+    def add_sweep_points(self, sweep_id: str, points: Sequence[dict]) -> None:
+        frame = pd.DataFrame([{**{c: p.get(c) for c in SWEEP_POINT_COLUMNS}, "sweep_id": sweep_id} for p in points],
+                             columns=SWEEP_POINT_COLUMNS)
+        frame["draft_len"] = frame["draft_len"].astype(str)
+        with self._lock:
+            self._db.register("point_batch", frame)
+            try:
+                self._db.execute(f"INSERT INTO sweep_points ({', '.join(SWEEP_POINT_COLUMNS)}) "
+                                 f"SELECT {', '.join(SWEEP_POINT_COLUMNS)} FROM point_batch")
+            finally:
+                self._db.unregister("point_batch")
+
+    def finish_sweep(self, sweep_id: str, status: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE sweeps SET status = ?, finished_at = ? WHERE sweep_id = ?",
+                             [status, now(), sweep_id])
+
+    def sweeps(self) -> pd.DataFrame:
+        with self._lock:
+            return self._db.execute("SELECT * FROM sweeps ORDER BY created_at DESC").df()
+
+    def sweep_points(self, sweep_id: str | None = None, target: str | None = None) -> pd.DataFrame:
+        """Points of one sweep, or of every complete sweep of a target (newest first)."""
+        conditions, values = [], []
+        if sweep_id is not None:
+            conditions.append("p.sweep_id = ?")
+            values.append(sweep_id)
+        if target is not None:
+            conditions.append("s.target = ?")
+            values.append(target)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+        with self._lock:
+            return self._db.execute(
+                f"SELECT p.*, s.target, s.created_at FROM sweep_points p JOIN sweeps s USING (sweep_id) {where} "
+                "ORDER BY s.created_at DESC, p.drafter, p.draft_len, p.batch_size", values).df()
 
     def close(self) -> None:
         with self._lock:

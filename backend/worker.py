@@ -34,7 +34,7 @@ from backend.kv import cached_forward, new_cache
 from backend.live import LaneSpec, LiveService, RunRequest
 from backend.model_cache import ModelCache
 from backend.models import DEFAULT_SPEC, LoadedModel
-from backend.policy import MAX_DRAFT_LEN
+from backend.policy import MAX_DRAFT_LEN, make_policy
 from backend.store import RunStore
 from backend.verify import SamplingParams
 
@@ -109,6 +109,46 @@ class CompareBody(PromptFields):
     replay: bool = Field(False, description="score every lane against one plain target rollout")
 
 
+class QuestionBody(BaseModel):
+    question_id: int | str
+    category: str = "uncategorized"
+    turns: list[str] = Field(min_length=1)
+
+
+class SweepBody(BaseModel):
+    questions: list[QuestionBody] = Field(min_length=1, max_length=2000)
+    target: str | None = None
+    drafters: list[str] = Field(min_length=1)
+    draft_lens: list[int | str] = Field(min_length=1)
+    batch_sizes: list[int] = Field(min_length=1)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
+    settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
+
+    @field_validator("drafters")
+    @classmethod
+    def known_drafters(cls, names: list[str]) -> list[str]:
+        for name in names:
+            DrafterFields.known_drafter(name)
+        return names
+
+    @field_validator("draft_lens")
+    @classmethod
+    def valid_lengths(cls, values: list[int | str]) -> list[int | str]:
+        for value in values:
+            try:
+                make_policy(value, free_drafter=True)
+            except SpecScopeError as error:
+                raise ValueError(str(error)) from error
+        return values
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def valid_sizes(cls, sizes: list[int]) -> list[int]:
+        if any(not 1 <= size <= 256 for size in sizes):
+            raise ValueError("batch sizes must be between 1 and 256")
+        return sizes
+
+
 class WorkerSettings(BaseModel):
     db_path: str | None = None
     default_target: str = DEFAULT_SPEC
@@ -125,8 +165,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
                         settings.allow_remote_code)
-    service = LiveService(models, store)
-    scheduler = Scheduler(service.execute)
+    service = LiveService(models, store, settings.default_target)
+    scheduler = Scheduler(service.execute)  # LiveService.execute dispatches on the job kind
     state = {"preload_error": None, "warm": set()}
 
     def preload() -> None:
@@ -209,6 +249,19 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     @app.post("/compare", summary="decode one prompt with 2-4 drafters side by side, lanes streaming together")
     async def compare(body: CompareBody) -> StreamingResponse:
         return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay))
+
+    @app.post("/sweeps", summary="run a drafter x D x batch-size sweep; streams progress, then the report")
+    async def sweep(body: SweepBody) -> StreamingResponse:
+        return stream("sweep", body)
+
+    @app.get("/sweeps", summary="stored sweeps, newest first")
+    def sweeps() -> list[dict]:
+        return [_clean(row) for row in store.sweeps().to_dict(orient="records")]
+
+    @app.get("/sweeps/points", summary="sweep points: of one sweep, or of every sweep of a target")
+    def sweep_points(sweep_id: str | None = None, target: str | None = None) -> list[dict]:
+        frame = store.sweep_points(sweep_id, target)
+        return [_clean(row) for row in frame.to_dict(orient="records")]
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(target: str | None = None, drafter: str | None = None, draft_len: str | None = None,

@@ -1,0 +1,97 @@
+"""Analysis of measured points: bootstrap confidence intervals for AL, the throughput-interactivity
+Pareto frontier, interpolation at matched interactivity, and the seed article's draft-length rules
+(D = 128/G - 1, the ladder where G x (1 + D) fills 128-wide attention tiles, speedup AL/(1 + ρD)).
+
+Pure functions on numbers and dicts; knows nothing about models, the store or the UI.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+TILE = 128  # attention-kernel tile width in the seed article's rule
+
+
+def bootstrap_al_ci(per_prompt: Sequence[tuple[int, int]], resamples: int = 2000, level: float = 0.95,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """AL with a percentile bootstrap CI, resampling prompts (not steps: steps within a prompt are not
+    independent). per_prompt: (accepted drafts, drafting steps) of each prompt. Returns (AL, low, high)."""
+    data = np.array([p for p in per_prompt if p[1] > 0], dtype=float)  # [n, 2]
+    if len(data) == 0:
+        return 1.0, 1.0, 1.0
+    point = 1.0 + data[:, 0].sum() / data[:, 1].sum()
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(data), size=(resamples, len(data)))  # [resamples, n]
+    sums = data[picks].sum(axis=1)  # [resamples, 2]
+    samples = 1.0 + sums[:, 0] / sums[:, 1]
+    tail = (1.0 - level) / 2
+    return float(point), float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
+
+
+def pareto_frontier(points: Sequence[dict], x: str = "interactivity_tps", y: str = "throughput_tps") -> list[dict]:
+    """Points no other point beats on both axes (higher is better on both), ordered by x."""
+    frontier = []
+    for point in points:
+        dominated = any(other[x] >= point[x] and other[y] >= point[y] and (other[x] > point[x] or other[y] > point[y])
+                        for other in points)
+        if not dominated:
+            frontier.append(point)
+    return sorted(frontier, key=lambda p: p[x])
+
+
+def interpolate(curve: Sequence[tuple[float, float]], at: float) -> float | None:
+    """Linear interpolation on a curve of (x, y); None outside its x range."""
+    ordered = sorted(curve)
+    if not ordered or at < ordered[0][0] or at > ordered[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(ordered, ordered[1:], strict=False):
+        if x0 <= at <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (at - x0) / (x1 - x0)
+    return ordered[-1][1]
+
+
+def matched_interactivity(baseline: Sequence[dict], speculative: Sequence[dict], levels: int = 8) -> list[dict]:
+    """Throughput with and without speculation at the same tokens/s per user, as serving dashboards
+    compare them: both frontiers are interpolated on the interactivity range they share."""
+    base = [(p["interactivity_tps"], p["throughput_tps"]) for p in pareto_frontier(baseline)]
+    spec = [(p["interactivity_tps"], p["throughput_tps"]) for p in pareto_frontier(speculative)]
+    if not base or not spec:
+        return []
+    low, high = max(base[0][0], spec[0][0]), min(base[-1][0], spec[-1][0])
+    if low > high:
+        return []
+    rows = []
+    for at in np.linspace(low, high, levels) if high > low else [low]:
+        off, on = interpolate(base, float(at)), interpolate(spec, float(at))
+        rows.append({"interactivity_tps": float(at), "throughput_off": off, "throughput_on": on,
+                     "gain": on / off if off else None})
+    return rows
+
+
+def d_start(num_attention_heads: int, num_key_value_heads: int) -> float:
+    """The seed article's starting draft length where attention dominates: D = 128/G - 1."""
+    return TILE / (num_attention_heads / num_key_value_heads) - 1
+
+
+def d_ladder(num_attention_heads: int, num_key_value_heads: int, up_to: int = 64) -> list[int]:
+    """D values (1..up_to) for which G x (1 + D) is a multiple of 128, filling attention tiles."""
+    g = num_attention_heads / num_key_value_heads
+    return [d for d in range(1, up_to + 1) if math.isclose((g * (1 + d)) % TILE, 0.0, abs_tol=1e-9)]
+
+
+def predicted_speedup(al: float, rho: float, draft_len: int) -> float:
+    """The seed article's low-latency estimate: speedup ~ AL / (1 + ρ·D) (verification taken as free)."""
+    return al / (1 + rho * draft_len)
+
+
+def recommended_d(points: Sequence[dict]) -> dict[int, str]:
+    """For each batch size, the draft length whose measured throughput was highest (D = 0 included)."""
+    best: dict[int, dict] = {}
+    for point in points:
+        size = int(point["batch_size"])
+        if size not in best or point["throughput_tps"] > best[size]["throughput_tps"]:
+            best[size] = point
+    return {size: str(point["draft_len"]) for size, point in sorted(best.items())}

@@ -1,0 +1,223 @@
+"""The `bench` commands: speed (drafters vs plain decoding and Hugging Face), sweep (drafters x D x
+batch sizes into the run store) and stream (the worker's overhead). Parsing lives in cli.py; this
+module runs the benchmarks and prints their tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from backend.cli import _drafter_options, _load_target, _quiet_libraries
+from backend.errors import SpecScopeError
+
+
+def format_speed_table(report: dict) -> str:
+    lines = [f"{report['prompts']} prompts; plain decoding {report['plain_tokens_per_s']:.1f} tok/s; "
+             f"engine plain vs HF generate {report['engine_plain_vs_hf_generate']:.2f}x "
+             f"(HF greedy equal to ours on {report['hf_generate_lossless']})", ""]
+    header = f"{'config':<18}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
+    lines.append(header)
+    for label, row in report["summary"].items():
+        al = f"{row['al']:.2f}" if row["al"] is not None else "-"
+        versus_hf = row["geomean_speedup_vs_hf_assisted"]
+        lines.append(f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
+                     f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
+                     f"{row['lossless']:>10}")
+    lines += ["", "speedup vs plain by category:"]
+    categories = sorted({row["category"] for row in report["results"]})
+    lines.append(f"{'config':<18}" + "".join(f"{c[:11]:>12}" for c in categories))
+    for label in report["summary"]:
+        name, draft_len = label.rsplit("@", 1)
+        cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"]
+                 if r["drafter"] == name and str(r["draft_len"]) == draft_len}
+        lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
+    return "\n".join(lines)
+
+def bench_speed(args: argparse.Namespace) -> int:
+    from backend.bench import speed_benchmark
+    from backend.drafters import DRAFTER_NAMES
+    from backend.policy import make_policy
+    from backend.prompts import load_suite
+
+    for name in args.drafters:
+        if name not in DRAFTER_NAMES or name == "none":
+            raise SpecScopeError(f"unknown drafter '{name}': choose from {', '.join(DRAFTER_NAMES[1:])}")
+    for draft_len in args.draft_lens:
+        make_policy(draft_len, free_drafter=True)
+    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
+    if not questions:
+        raise SpecScopeError(f"{args.suite} has no prompts to run")
+    target = _load_target(args)
+    from tqdm import tqdm
+
+    runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + len(args.drafters) * len(args.draft_lens)
+    with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
+        def progress(label: str) -> None:
+            bar.set_postfix_str(label)
+            bar.update(1)
+
+        report = speed_benchmark(target, questions, args.drafters, args.draft_lens, args.max_new_tokens,
+                                 _drafter_options(args), progress)
+    print(format_speed_table(report))
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+def bench_stream(args: argparse.Namespace) -> int:
+    from backend.bench_worker import stream_benchmark
+    from backend.policy import make_policy
+    from backend.prompts import load_suite
+
+    make_policy(args.draft_len, free_drafter=True)
+    questions = load_suite(args.suite, args.categories, per_category=args.per_category)
+    _quiet_libraries()
+    report = stream_benchmark(args.target, questions, args.drafter, args.draft_len, args.max_new_tokens,
+                              args.repeats, args.device)
+    memory = report["worker_memory_after_runs_mb"]
+    print(f"{len(report['rows'])} runs of {args.drafter}@{args.draft_len}: worker stream / in process = "
+          f"{report['geomean_worker_over_in_process']:.3f} (geomean); first step record after "
+          f"{1000 * report['median_first_step_s']:.0f} ms (median); worker RSS {memory['rss_mb']:.0f} MB "
+          f"(peak {memory['peak_rss_mb']:.0f} MB); outputs equal: {report['all_outputs_equal']}")
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+def format_sweep_table(report: dict) -> str:
+    frontier = {(p["drafter"], str(p["draft_len"]), p["batch_size"]) for p in report["frontier"]}
+    lines = [f"sweep {report['sweep_id']}: {len(report['points'])} configurations (* = on the Pareto frontier)", "",
+             f"{'drafter':<10}{'D':>20}{'B':>4}{'tok/s':>9}{'tok/s/user':>12}{'AL':>7}{'95% CI':>15}{'lossless':>10}"]
+    for p in report["points"]:
+        mark = "*" if (p["drafter"], str(p["draft_len"]), p["batch_size"]) in frontier else " "
+        ci = f"{p['al_ci_low']:.2f}-{p['al_ci_high']:.2f}"
+        lines.append(f"{p['drafter']:<10}{str(p['draft_len']):>20}{p['batch_size']:>4}{p['throughput_tps']:>9.1f}"
+                     f"{p['interactivity_tps'] or 0:>12.1f}{p['al']:>7.2f}{ci:>15}{str(p['lossless']):>10} {mark}")
+    return "\n".join(lines)
+
+def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) -> dict:
+    import duckdb
+
+    from backend.drafters import DrafterOptions
+    from backend.store import RunStore
+    from backend.sweep import run_sweep
+
+    try:
+        store = RunStore(args.db)
+    except duckdb.IOException as error:
+        raise SpecScopeError(f"the run store is open in another process (a worker?): {error}. Point "
+                             "SPECSCOPE_WORKER_URL at that worker, or use --db for another file") from error
+    target = _load_target(args)
+    try:
+        return run_sweep(target, questions, args.drafters, args.draft_lens, args.batch_sizes, args.max_new_tokens,
+                         DrafterOptions(), store, progress, {**record, "max_new_tokens": args.max_new_tokens})
+    finally:
+        store.close()
+
+def bench_sweep(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from backend.client import WorkerClient, WorkerError
+    from backend.drafters import DRAFTER_NAMES
+    from backend.policy import make_policy
+    from backend.prompts import load_suite
+
+    for name in args.drafters:
+        if name not in DRAFTER_NAMES or name == "none":
+            raise SpecScopeError(f"unknown drafter '{name}': choose from {', '.join(DRAFTER_NAMES[1:])}")
+    for draft_len in args.draft_lens:
+        make_policy(draft_len, free_drafter=True)
+    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
+    if not questions:
+        raise SpecScopeError(f"{args.suite} has no prompts to run")
+    record = {"suite": str(args.suite), "drafters": args.drafters, "draft_lens": args.draft_lens,
+              "batch_sizes": args.batch_sizes, "categories": args.categories, "prompts": len(questions)}
+    worker = None if args.local else WorkerClient()
+    with tqdm(file=sys.stderr, unit="row", dynamic_ncols=True) as bar:
+        def progress(label: str, done: int, total: int) -> None:
+            bar.total = total
+            bar.set_postfix_str(label)
+            bar.update(done - bar.n)
+
+        try:
+            if worker is None:
+                raise WorkerError("local run asked for")
+            worker.health()
+        except WorkerError:
+            report = _sweep_locally(args, questions, record, progress)
+        else:
+            report = None
+            body = {"questions": [{"question_id": q.question_id, "category": q.category, "turns": list(q.turns)}
+                                  for q in questions], "target": args.target, "drafters": args.drafters,
+                    "draft_lens": args.draft_lens, "batch_sizes": args.batch_sizes,
+                    "max_new_tokens": args.max_new_tokens, "settings": record}
+            try:
+                for item in worker.sweep(**body):
+                    if item["type"] == "progress":
+                        progress(item["label"], item["done"], item["total"])
+                    elif item["type"] == "sweep":
+                        report = item
+            except WorkerError as error:
+                raise SpecScopeError(str(error)) from error
+            if report is None:
+                raise SpecScopeError("the worker ended the sweep without a report")
+            print(f"(stored by the worker at {worker.url})", file=sys.stderr)
+    print(format_sweep_table(report))
+    if args.json:
+        print(json.dumps({key: report[key] for key in ("sweep_id", "points", "frontier")}))
+    return 0
+
+
+def codesign(args: argparse.Namespace) -> int:
+    from backend.codesign import codesign_report
+
+    _quiet_libraries()
+    report = codesign_report(*_codesign_inputs(args), drafter=args.drafter)
+    print(format_codesign(report))
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
+def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """The target's config facts and its stored sweep points: from the worker if one answers."""
+    from backend.client import WorkerClient, WorkerError
+    from backend.models import config_facts
+
+    try:
+        points = WorkerClient().sweep_points(target=args.target)
+    except WorkerError:
+        import duckdb
+
+        from backend.store import RunStore
+
+        try:
+            store = RunStore(args.db)
+        except duckdb.IOException as error:
+            raise SpecScopeError(f"the run store is open in another process: {error}") from error
+        points = store.sweep_points(target=args.target).to_dict(orient="records")
+        store.close()
+    return config_facts(args.target), points
+
+
+def format_codesign(report: dict) -> str:
+    ladder = ", ".join(map(str, report["d_ladder"])) or "none up to 64"
+    lines = [f"G = {report['num_attention_heads']} query heads / {report['num_key_value_heads']} KV heads = "
+             f"{report['G']:g}",
+             f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}",
+             f"D with G x (1 + D) a multiple of 128: {ladder}"]
+    if "measured" in report:
+        lines += ["", f"drafter {report['drafter']}, measured rho = {report['rho']:.4f} (batch size 1):",
+                  f"{'D':>4}{'AL':>7}{'predicted':>11}{'measured':>10}"]
+        for d in sorted(report["measured"], key=int):
+            lines.append(f"{d:>4}{report['al'][d]:>7.2f}{report['predicted'][d]:>10.2f}x{report['measured'][d]:>9.2f}x")
+    else:
+        lines += ["", "no sweep stored for this target yet: run `python -m backend bench sweep` to measure"]
+    if report.get("recommended_d"):
+        lines += ["", "recommended D by batch size (highest measured throughput): "
+                  + ", ".join(f"B={b}: {d}" for b, d in report["recommended_d"].items())]
+    for engine, snippet in report.get("snippets", {}).items():
+        lines += [f"{engine}: {snippet}"]
+    if report.get("snippets_note"):
+        lines += [report["snippets_note"]]
+    return "\n".join(lines)

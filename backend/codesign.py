@@ -1,0 +1,103 @@
+"""The co-design analysis: the seed article's draft-length rules for a target, next to what was
+measured for it, and the chosen drafter and D written out for vLLM, SGLang and TensorRT-LLM.
+
+    G        = query heads per KV head (from the target's config)
+    d_start  = 128 / G - 1                       where attention dominates
+    d_ladder = D with G x (1 + D) a multiple of 128 (up to 64)
+    predicted speedup(D) = AL(D) / (1 + ρ·D)     ρ and AL(D) measured at batch size 1
+    measured speedup(D)  = throughput(D) / throughput(D = 0) at batch size 1
+    recommended D per batch size = the D of highest measured throughput there
+
+Works on plain dicts (config facts and sweep points); knows nothing about models or storage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from backend.analysis import d_ladder, d_start, predicted_speedup, recommended_d
+
+
+def codesign_report(facts: dict, points: list[dict], drafter: str | None = None) -> dict:
+    """facts: num_attention_heads and num_key_value_heads at least; points: sweep points (category
+    and split 'all') of the target, newest sweep first. With no points, only the rules."""
+    heads, kv_heads = facts["num_attention_heads"], facts["num_key_value_heads"]
+    report = {
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "G": heads / kv_heads,
+        "d_start": d_start(heads, kv_heads), "d_ladder": d_ladder(heads, kv_heads),
+        "num_layers": facts.get("num_layers"), "drafter": drafter,
+    }
+    overall = _newest_per_config([p for p in points if p.get("category", "all") == "all"
+                                  and p.get("split", "all") == "all"])
+    drafters = sorted({p["drafter"] for p in overall} - {"none"})
+    if drafter is None and drafters:
+        drafter = max(drafters, key=lambda name: max(p["throughput_tps"] for p in overall if p["drafter"] == name))
+        report["drafter"] = drafter
+    chosen = [p for p in overall if p["drafter"] in (drafter, "none")]
+    baseline = next((p for p in chosen if p["drafter"] == "none" and p["batch_size"] == 1), None)
+    single = [p for p in chosen if p["drafter"] == drafter and p["batch_size"] == 1 and _is_int(p["draft_len"])]
+    if baseline and single:
+        rhos = [p["rho"] for p in single if p.get("rho") is not None and not math.isnan(p["rho"])]
+        rho = sum(rhos) / len(rhos) if rhos else 0.0
+        report["rho"] = rho
+        report["predicted"] = {str(p["draft_len"]): predicted_speedup(p["al"], rho, int(p["draft_len"]))
+                               for p in single}
+        report["measured"] = {str(p["draft_len"]): p["throughput_tps"] / baseline["throughput_tps"] for p in single}
+        report["al"] = {str(p["draft_len"]): p["al"] for p in single}
+    if chosen:
+        report["recommended_d"] = {str(size): d for size, d in recommended_d(chosen).items()}
+        # engines take a fixed D (or a D per batch size): the best fixed D measured for each batch size
+        fixed = {str(size): d for size, d in recommended_d([p for p in chosen if _is_int(p["draft_len"])]).items()}
+        report["recommended_fixed_d"] = fixed
+        if drafter and fixed.get("1", "0") != "0":
+            report["snippets"] = config_snippets(drafter, fixed["1"], fixed)
+        elif drafter:
+            report["snippets_note"] = "no fixed D beat plain decoding at batch size 1 here, so none is exported"
+    return report
+
+
+def config_snippets(drafter: str, draft_len: str, by_batch_size: dict[str, str]) -> dict[str, str]:
+    """The chosen drafter and D (and a D per batch size where the engine takes one) as each engine
+    spells them, with their documented option names. SGLang counts the current token in
+    `--speculative-num-draft-tokens` for chains (EAGLE with topk 1: steps + 1), hence D + 1."""
+    fixed = int(draft_len)
+    schedule = {int(b): int(d) for b, d in by_batch_size.items()}
+    vllm = {"ngram": {"method": "ngram", "num_speculative_tokens": fixed, "prompt_lookup_min": 1,
+                      "prompt_lookup_max": 4},
+            "suffix": {"method": "suffix", "num_speculative_tokens": fixed, "suffix_decoding_max_tree_depth": 24,
+                       "suffix_decoding_max_spec_factor": 1.0, "suffix_decoding_min_token_prob": 0.1},
+            "draft-model": {"model": "<draft model id or path>", "num_speculative_tokens": fixed}}.get(drafter)
+    sglang = {"ngram": f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {fixed + 1} "
+                       "--speculative-ngram-max-bfs-breadth 1",
+              "draft-model": f"--speculative-algorithm STANDALONE --speculative-draft-model-path <draft> "
+                             f"--speculative-num-steps {fixed} --speculative-eagle-topk 1 "
+                             f"--speculative-num-draft-tokens {fixed + 1}"}.get(drafter)
+    trtllm = {"ngram": f"NGramDecodingConfig(max_draft_len={fixed}, max_matching_ngram_size=4"
+                       f"{', draft_len_schedule=' + repr(schedule) if len(schedule) > 1 else ''})",
+              "suffix": f"SADecodingConfig(max_draft_len={fixed})  # suffix automaton, TensorRT-LLM's nearest",
+              "draft-model": f"DraftTargetDecodingConfig(max_draft_len={fixed}, "
+                             f"speculative_model='<draft model id or path>')"}.get(drafter)
+    snippets = {}
+    if vllm:
+        snippets["vllm"] = f"vllm serve <model> --speculative-config '{json.dumps(vllm)}'"
+    if sglang:
+        snippets["sglang"] = f"python -m sglang.launch_server --model-path <model> {sglang}"
+    if trtllm:
+        snippets["tensorrt_llm"] = f"LLM('<model>', speculative_config={trtllm})"
+    return snippets
+
+
+def _newest_per_config(points: list[dict]) -> list[dict]:
+    """One point per (drafter, D, batch size): the first seen, i.e. the newest sweep's."""
+    seen, kept = set(), []
+    for point in points:
+        key = (point["drafter"], str(point["draft_len"]), point["batch_size"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(point)
+    return kept
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) or (isinstance(value, str) and value.isdigit())

@@ -1,0 +1,166 @@
+"""`bench sweep`: every drafter x draft length x batch size over a prompt suite, measured with the
+batched engine and stored as sweep points (and every row's run and steps) in the run store.
+
+For each batch size B the prompts are decoded in batches of B (static batching; a finished row
+leaves its batch). D = 0 at each B is the baseline. Every row's output is checked against the
+prompt's single-sequence greedy output. Per configuration it records, overall and per category and
+prompt-length split: AL with a 95% bootstrap CI over prompts, the acceptance histogram, survival and
+conditional per-position acceptance, mean draft and verify time per step, ρ, throughput (generated
+tokens/s across the batch, prefill included), interactivity (tokens/s per user = 1 / mean TPOT),
+and time to first token. Multi-turn prompts contribute their first turn.
+
+Knows nothing about HTTP or printing; `progress(label, done, total)` reports as it goes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import transformers
+
+from backend.analysis import bootstrap_al_ci, pareto_frontier
+from backend.batch import BatchEngine, RowResult
+from backend.drafters import DrafterOptions, build_drafter
+from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.metrics import acceptance_stats, measured_rho
+from backend.models import LoadedModel
+from backend.prompts import Question, encode_conversation
+from backend.store import RunStore
+
+SHORT_BELOW = 512  # prompt tokens: short < 512 <= medium < 2048 <= long
+LONG_FROM = 2048
+
+
+class SweepStopped(Exception):
+    """Raised by a progress callback to stop a sweep (its client went away, or the user pressed Ctrl-C)."""
+
+
+def split_of(prompt_tokens: int) -> str:
+    return "short" if prompt_tokens < SHORT_BELOW else ("long" if prompt_tokens >= LONG_FROM else "medium")
+
+
+@dataclass
+class SweepRow:
+    question: Question
+    result: RowResult
+    lossless: bool
+
+    @property
+    def split(self) -> str:
+        return split_of(len(self.result.prompt_ids))
+
+
+def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str], draft_lens: list[int | str],
+              batch_sizes: list[int], max_new_tokens: int, options: DrafterOptions, store: RunStore | None,
+              progress: Callable[[str, int, int], None] = lambda label, done, total: None,
+              settings_record: dict | None = None) -> dict:
+    """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all)."""
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
+    batch = BatchEngine(engine)
+    prompts = [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions]
+    configs = [("none", 0)] + [(name, d) for name in drafters for d in draft_lens if d != 0]
+    total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
+    done = 0
+    sweep_id = uuid.uuid4().hex
+    if store is not None:
+        store.start_sweep(sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})
+    reference = []  # the single-sequence greedy outputs every row must reproduce
+    plain = GenerationSettings(max_new_tokens, draft_len=0)
+    for prompt in prompts:
+        reference.append(engine.generate(prompt, None, plain).run().output_ids)
+        done += 1
+        progress("reference", done, total)
+    points, by_category = [], []
+    try:
+        for size in batch_sizes:
+            for name, draft_len in configs:
+                drafter = build_drafter(name, target, options)
+                settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=draft_len)
+                rows: list[SweepRow] = []
+                wall = prefill = 0.0
+                for start in range(0, len(prompts), size):
+                    result = batch.generate(prompts[start: start + size], drafter, settings)
+                    wall += result.wall_s
+                    prefill += result.prefill_s
+                    for offset, row in enumerate(result.rows):
+                        index = start + offset
+                        rows.append(SweepRow(questions[index], row, row.output_ids == reference[index]))
+                    done += len(result.rows)
+                    progress(f"{name}@{draft_len} B={size}", done, total)
+                config = {"drafter": name, "draft_len": draft_len, "batch_size": size}
+                overall = summarise(rows, wall, config, "all", "all")
+                overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
+                parts = [summarise([r for r in rows if r.question.category == c], None, config, c, "all")
+                         for c in sorted({r.question.category for r in rows})]
+                parts += [summarise([r for r in rows if r.split == s], None, config, "all", s)
+                          for s in sorted({r.split for r in rows})]
+                points.append(overall)
+                by_category += parts
+                if store is not None:
+                    _store_rows(store, sweep_id, target, rows, config, max_new_tokens)
+                    store.add_sweep_points(sweep_id, [overall, *parts])
+    except BaseException as error:
+        if store is not None:
+            stopped = isinstance(error, SweepStopped | KeyboardInterrupt)
+            store.finish_sweep(sweep_id, "cancelled" if stopped else "failed")
+        raise
+    if store is not None:
+        store.finish_sweep(sweep_id, "complete")
+    keys = ("drafter", "draft_len", "batch_size", "throughput_tps", "interactivity_tps", "al", "al_ci_low",
+            "al_ci_high", "lossless")
+    slim = [{k: p[k] for k in keys} for p in points]
+    return {"sweep_id": sweep_id, "points": slim, "frontier": pareto_frontier(slim),
+            "details": points, "by_category": by_category}
+
+
+def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category: str, split: str) -> dict:
+    """One sweep point from its rows. Throughput needs the batches' wall time, so only the overall
+    point of a configuration has it; category and split points carry the acceptance figures."""
+    steps = [step for row in rows for step in row.result.steps]
+    stats = acceptance_stats(steps)
+    al, low, high = bootstrap_al_ci([(sum(s.accepted for s in row.result.steps if s.drafted),
+                                      sum(1 for s in row.result.steps if s.drafted)) for row in rows])
+    tpots = [row.result.time_per_output_token for row in rows if row.result.time_per_output_token]
+    new_tokens = sum(len(row.result.output_ids) for row in rows)
+    return {
+        **config, "category": category, "split": split, "prompts": len(rows), "new_tokens": new_tokens,
+        "wall_s": wall_s,
+        "throughput_tps": new_tokens / wall_s if wall_s else None,
+        "decode_throughput_tps": None,
+        "interactivity_tps": 1.0 / (sum(tpots) / len(tpots)) if tpots and wall_s else None,
+        "ttft_s": sum(row.result.first_token_s for row in rows) / len(rows) if rows and wall_s else None,
+        "al": al if stats.drafting_steps else stats.al, "al_ci_low": low, "al_ci_high": high,
+        "acceptance_rate": stats.acceptance_rate, "histogram": stats.histogram, "survival": stats.survival,
+        "conditional": [c if c is not None else float("nan") for c in stats.conditional],
+        "draft_s_mean": sum(s.draft_s for s in steps) / len(steps) if steps else None,
+        "verify_s_mean": sum(s.verify_s for s in steps) / len(steps) if steps else None,
+        "rho": measured_rho(steps), "lossless": all(row.lossless for row in rows),
+    }
+
+
+def _store_rows(store: RunStore, sweep_id: str, target: LoadedModel, rows: list[SweepRow], config: dict,
+                max_new_tokens: int) -> None:
+    """Every row as a run (kind 'sweep', grouped by the sweep id) with its steps."""
+    for row in rows:
+        run_id = uuid.uuid4().hex
+        steps = row.result.steps
+        stats = acceptance_stats(steps)
+        decode_s = sum(s.draft_s + s.verify_s for s in steps)
+        store.start_run({
+            "run_id": run_id, "group_id": sweep_id, "kind": "sweep", "turns": [row.question.turns[0]],
+            "question_id": str(row.question.question_id), "category": row.question.category,
+            "target": target.spec, "target_fingerprint": target.fingerprint, "drafter": config["drafter"],
+            "draft_len": config["draft_len"], "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0,
+            "max_new_tokens": max_new_tokens, "device": str(target.device),
+            "dtype": str(target.dtype).removeprefix("torch."), "torch_version": torch.__version__,
+            "transformers_version": transformers.__version__, "batch_size": config["batch_size"],
+            "split": row.split,
+        })
+        store.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in steps])
+        store.finish_run(run_id, status="complete", prompt_tokens=len(row.result.prompt_ids),
+                         new_tokens=len(row.result.output_ids), al=stats.al, acceptance_rate=stats.acceptance_rate,
+                         tokens_per_s=len(row.result.output_ids) / decode_s if decode_s else None, decode_s=decode_s,
+                         finish_reason=row.result.finish_reason)

@@ -1,0 +1,77 @@
+"""Batched decoding with ragged acceptance: every row equals its single-sequence greedy output."""
+
+from __future__ import annotations
+
+import pytest
+
+import backend.batch
+from backend.batch import BatchEngine
+from backend.drafters import DrafterOptions, build_drafter
+from backend.engine import GenerationSettings, SpeculativeEngine
+
+PROMPTS = [
+    [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13],
+    [7, 8],
+    [30, 31, 32, 33, 34, 30, 31, 32, 33, 34, 30, 31, 32, 33, 34, 30, 31],
+    [12],
+    [50, 51, 50, 51, 50, 51, 52, 53],
+]
+
+
+def single_outputs(engine: SpeculativeEngine, max_new: int) -> list[list[int]]:
+    return [engine.generate(p, None, GenerationSettings(max_new, draft_len=0)).run().output_ids for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    return SpeculativeEngine(tiny.model, set(), 512)
+
+
+@pytest.mark.parametrize("name", ["none", "ngram", "suffix", "layerskip", "draft-model"])
+@pytest.mark.parametrize("draft_len", [0, 3, "auto", "schedule:1=6/3=2"])
+def test_every_row_equals_its_single_sequence_output(tiny, tiny_other, engine, name, draft_len):
+    drafter = build_drafter(name, tiny, DrafterOptions(layerskip_exit_layer=3, draft_model="x"),
+                            load=lambda *args, **kwargs: tiny_other)
+    result = BatchEngine(engine).generate(PROMPTS, drafter, GenerationSettings(40, draft_len=draft_len))
+    assert [row.output_ids for row in result.rows] == single_outputs(engine, 40)
+    assert result.new_tokens == 40 * len(PROMPTS) and result.wall_s >= result.prefill_s > 0
+
+
+def test_rows_accept_different_counts_in_the_same_step(tiny, engine):
+    result = BatchEngine(engine).generate(PROMPTS, build_drafter("ngram", tiny), GenerationSettings(40, draft_len=6))
+    per_step = list(zip(*[[step.accepted for step in row.steps] for row in result.rows], strict=False))
+    assert any(len(set(counts)) > 1 for counts in per_step)  # ragged within one verification pass
+    assert sum(step.accepted for row in result.rows for step in row.steps) > 20
+
+
+def test_compaction_and_rows_that_finish_early(tiny, monkeypatch):
+    monkeypatch.setattr(backend.batch, "HOLES_BEFORE_COMPACTING", 1.0)  # compact after every step with holes
+    plain = SpeculativeEngine(tiny.model, set(), 512)
+    reference = single_outputs(plain, 30)
+    eos = reference[1][4]  # row 1 stops early on this token; others may too
+    engine = SpeculativeEngine(tiny.model, {eos}, 512)
+    expected = [ids[: ids.index(eos) + 1] if eos in ids else ids for ids in reference]
+    result = BatchEngine(engine).generate(PROMPTS, build_drafter("suffix", tiny), GenerationSettings(30, draft_len=4))
+    assert [row.output_ids for row in result.rows] == expected
+    assert result.rows[1].finish_reason == "eos" and len(result.rows[1].output_ids) < 30
+
+
+def test_row_timings_give_ttft_and_tpot(tiny, engine):
+    result = BatchEngine(engine).generate(PROMPTS[:2], None, GenerationSettings(10, draft_len=0))
+    for row in result.rows:
+        assert 0 < row.first_token_s <= row.last_token_s <= result.wall_s
+        assert row.time_per_output_token == pytest.approx((row.last_token_s - row.first_token_s) / 9)
+
+
+@pytest.mark.slow
+def test_batched_rows_equal_single_sequences_on_the_default_model(default_model):
+    from backend.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+
+    engine = SpeculativeEngine(default_model.model, default_model.eos_token_ids, default_model.facts.max_context)
+    questions = load_suite(DEFAULT_SUITE, categories=["code_editing", "qa", "rag", "math"], per_category=1)
+    prompts = [encode_conversation(default_model.tokenizer, [q.turns[0]], []) for q in questions]
+    single = [engine.generate(p, None, GenerationSettings(32, draft_len=0)).run().output_ids for p in prompts]
+    for name, draft_len in (("none", 0), ("ngram", 4), ("suffix", "auto")):
+        drafter = build_drafter(name, default_model)
+        result = BatchEngine(engine).generate(prompts, drafter, GenerationSettings(32, draft_len=draft_len))
+        assert [row.output_ids for row in result.rows] == single, (name, draft_len)
