@@ -13,6 +13,9 @@ health = connection.wait_until_ready(worker)
 page = st.navigation([
     st.Page("pages/live.py", title="Live", icon="▶️", default=True),
     st.Page("pages/compare.py", title="Compare", icon="⚖️"),
+    st.Page("pages/acceptance.py", title="Acceptance", icon="🎯"),
+    st.Page("pages/pareto.py", title="Pareto", icon="📈"),
+    st.Page("pages/codesign.py", title="Co-design", icon="📐"),
     st.Page("pages/history.py", title="History", icon="🗂️"),
 ])
 with st.sidebar:

@@ -8,6 +8,7 @@ Pure functions on numbers and dicts; knows nothing about models, the store or th
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -95,3 +96,49 @@ def recommended_d(points: Sequence[dict]) -> dict[int, str]:
         if size not in best or point["throughput_tps"] > best[size]["throughput_tps"]:
             best[size] = point
     return {size: str(point["draft_len"]) for size, point in sorted(best.items())}
+
+
+def newest_per_config(points: Sequence[dict]) -> list[dict]:
+    """One point per (drafter, D, batch size): the first seen, i.e. the newest sweep's when the points
+    come newest first (as the store returns them)."""
+    seen, kept = set(), []
+    for point in points:
+        key = (point["drafter"], str(point["draft_len"]), point["batch_size"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(point)
+    return kept
+
+
+def acceptance_groups(runs: Sequence[dict], histogram: Sequence[dict], positions: Sequence[dict],
+                      pool_categories: bool = False) -> list[dict]:
+    """Per (drafter, draft_len, category): AL with a bootstrap CI over runs, the acceptance histogram,
+    survival and conditional per-position acceptance (metrics.py's definitions), from the store's
+    acceptance tables (RunStore.acceptance_tables) as lists of records. pool_categories=True merges
+    every category into one group named 'all' (a run has one category, so its runs stay whole)."""
+    def key(row: dict) -> tuple:
+        return row["drafter"], str(row["draft_len"]), "all" if pool_categories else row["category"]
+
+    groups: dict[tuple, dict] = {}
+    for row in runs:
+        groups.setdefault(key(row), {"runs": [], "histogram": Counter(), "reached": Counter(), "accepted": Counter()})
+        groups[key(row)]["runs"].append((int(row["accepted"]), int(row["steps"])))
+    for row in histogram:
+        groups[key(row)]["histogram"][int(row["accepted"])] += int(row["steps"])
+    for row in positions:
+        groups[key(row)]["reached"][int(row["position"])] += int(row["reached"])
+        groups[key(row)]["accepted"][int(row["position"])] += int(row["accepted"])
+    result = []
+    for (drafter, draft_len, category), group in sorted(groups.items()):
+        steps = sum(n for _, n in group["runs"])
+        al, low, high = bootstrap_al_ci(group["runs"])
+        positions_seen = range(1, max(group["reached"], default=0) + 1)
+        result.append({
+            "drafter": drafter, "draft_len": draft_len, "category": category, "runs": len(group["runs"]),
+            "drafting_steps": steps, "al": al, "al_ci_low": low, "al_ci_high": high,
+            "histogram": [group["histogram"][j] for j in range(max(group["histogram"], default=0) + 1)],
+            "survival": [group["accepted"][k] / steps for k in positions_seen],
+            "conditional": [group["accepted"][k] / group["reached"][k] if group["reached"][k] else None
+                            for k in positions_seen],
+        })
+    return result

@@ -81,9 +81,10 @@ class BatchEngine:
         times: dict[int, list[float]] = {row: [] for row in active}
         started = engine.clock()
         caches = []
-        for sequence in sequences:
+        hidden_layers = drafter.target_hidden_layers if drafter else ()
+        for sequence in sequences:  # one by one: measured faster on CPU than one padded pass (no padding waste)
             cache = new_cache(engine.model)
-            sequence.start(engine.prefill(sequence.prompt_ids[:-1], cache, ()))
+            sequence.start(engine.prefill(sequence.prompt_ids[:-1], cache, hidden_layers))
             caches.append(cache)
         cache, valid = stack_caches(caches, new_cache(engine.model), engine.device)
         del caches
@@ -127,8 +128,10 @@ class BatchEngine:
         positions = counts[:, None] + torch.arange(width, device=device)[None, :]  # [B, K+1]
         mask = torch.cat([valid, new_valid], dim=1)  # [B, slots + K + 1]
         slots = valid.shape[1]
+        hidden_layers = rows[0].drafter.target_hidden_layers if rows[0].drafter else ()
         started = engine.clock()
-        logits = batched_forward(engine.model, inputs, mask, positions, cache)  # [B, K+1, V]
+        result = batched_forward(engine.model, inputs, mask, positions, cache, bool(hidden_layers))
+        logits = result.logits  # [B, K+1, V]
         verdicts = [sequence.verify(logits[i, : len(step.drafted) + 1], step)
                     for i, (sequence, step) in enumerate(zip(rows, pending, strict=True))]
         for i, (verdict, _) in enumerate(verdicts):
@@ -136,8 +139,9 @@ class BatchEngine:
         keep = slots + max(verdict.accepted for verdict, _ in verdicts) + 1
         trim_cache(cache, keep)
         verify_s = engine.clock() - started
-        for sequence, step, (verdict, shown) in zip(rows, pending, verdicts, strict=True):
-            sequence.commit(step, verdict, shown, verify_s)
+        for i, (sequence, step, (verdict, shown)) in enumerate(zip(rows, pending, verdicts, strict=True)):
+            hidden = {layer: result.hidden[layer][i, : verdict.accepted + 1] for layer in hidden_layers}
+            sequence.commit(step, verdict, shown, verify_s, hidden)
         return mask[:, :keep]
 
     @staticmethod

@@ -116,6 +116,29 @@ def build_parser() -> argparse.ArgumentParser:
     codesign.add_argument("--json", action="store_true")
     codesign.set_defaults(handler=lambda args: _bench("codesign", args))
 
+    trainer = commands.add_parser("train", help="train a drafter (eagle3, mtp, dflash, dspark) for a target",
+                                  description="Self-distillation: the target answers instructions built from "
+                                              "Python's own documentation and source; its hidden states are "
+                                              "cached once and reused by every drafter. Resumes from the output "
+                                              "folder's checkpoint.")
+    trainer.add_argument("--kind", required=True)
+    trainer.add_argument("--target", default="default")
+    trainer.add_argument("--out", required=True, help="output folder (weights, checkpoint, model card)")
+    trainer.add_argument("--tokens", type=int, default=200_000, help="training window tokens to see")
+    trainer.add_argument("--data-tokens", type=int, default=60_000, help="sequence tokens to distil and cache")
+    trainer.add_argument("--answer-tokens", type=int, default=160, help="max new tokens per target answer")
+    trainer.add_argument("--window", type=int, default=256)
+    trainer.add_argument("--rows", type=int, default=8)
+    trainer.add_argument("--lr", type=float, default=1e-3)
+    trainer.add_argument("--validate-every", type=int, default=100)
+    trainer.add_argument("--eval-per-category", type=int, default=0,
+                         help="prompts per category of the suite to measure AL by D on for the model card")
+    trainer.add_argument("--settings", help="JSON object of the mechanism's settings (layers, vocabulary, ...)")
+    trainer.add_argument("--device", default="auto")
+    trainer.add_argument("--dtype", default="auto")
+    trainer.add_argument("--allow-remote-code", action="store_true")
+    trainer.set_defaults(handler=_train)
+
     worker = commands.add_parser("worker", help="serve models over HTTP for the dashboard (FastAPI + uvicorn)",
                                  description="The worker owns the models and the device and is the only writer "
                                              "of the DuckDB run store. OpenAPI docs at /docs.")
@@ -151,6 +174,8 @@ def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -
     if with_name:
         parser.add_argument("--drafter", default="suffix", help=f"one of {', '.join(DRAFTER_NAMES)} (default suffix)")
     parser.add_argument("--draft-model", help="draft-model drafter: the draft's model spec")
+    parser.add_argument("--drafter-path", help="eagle3/mtp/dflash/dspark: the trained weights folder (default: the "
+                                               "one under data/drafters/ trained for the target)")
     parser.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram to match")
     parser.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram to match")
     parser.add_argument("--suffix-max-depth", type=int, default=24, help="suffix: tree depth")
@@ -213,7 +238,7 @@ def _drafter_options(args: argparse.Namespace):
     return DrafterOptions(
         ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix_max_depth=args.suffix_max_depth,
         suffix_max_spec_factor=args.suffix_max_spec_factor, suffix_min_token_prob=args.suffix_min_token_prob,
-        layerskip_exit_layer=args.layerskip_exit_layer, draft_model=args.draft_model,
+        layerskip_exit_layer=args.layerskip_exit_layer, draft_model=args.draft_model, drafter_path=args.drafter_path,
     )
 
 
@@ -231,6 +256,16 @@ def _quiet_libraries() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+
+
+# ---------------------------------------------------------------------------------------------------
+# train
+
+
+def _train(args: argparse.Namespace) -> int:
+    from backend.training.run import train_command
+
+    return train_command(args, _load_target)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -48,6 +48,13 @@ class WorkerClient:
     def sweep(self, **body) -> Iterator[dict]:
         return self._stream("/sweeps", body)
 
+    def acceptance(self, **filters) -> dict:
+        """{"pooled": groups over all categories, "by_category": groups per category} (analysis.acceptance_groups)."""
+        return self._get("/aggregates/acceptance", params={k: v for k, v in filters.items() if v})
+
+    def codesign(self, target: str | None = None, drafter: str | None = None) -> dict:
+        return self._get("/codesign", params={k: v for k, v in (("target", target), ("drafter", drafter)) if v})
+
     def sweeps(self) -> list[dict]:
         return self._get("/sweeps")
 

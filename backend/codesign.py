@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 
-from backend.analysis import d_ladder, d_start, predicted_speedup, recommended_d
+from backend.analysis import d_ladder, d_start, newest_per_config, predicted_speedup, recommended_d
 
 
 def codesign_report(facts: dict, points: list[dict], drafter: str | None = None) -> dict:
@@ -28,7 +28,7 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
         "d_start": d_start(heads, kv_heads), "d_ladder": d_ladder(heads, kv_heads),
         "num_layers": facts.get("num_layers"), "drafter": drafter,
     }
-    overall = _newest_per_config([p for p in points if p.get("category", "all") == "all"
+    overall = newest_per_config([p for p in points if p.get("category", "all") == "all"
                                   and p.get("split", "all") == "all"])
     drafters = sorted({p["drafter"] for p in overall} - {"none"})
     if drafter is None and drafters:
@@ -86,17 +86,6 @@ def config_snippets(drafter: str, draft_len: str, by_batch_size: dict[str, str])
     if trtllm:
         snippets["tensorrt_llm"] = f"LLM('<model>', speculative_config={trtllm})"
     return snippets
-
-
-def _newest_per_config(points: list[dict]) -> list[dict]:
-    """One point per (drafter, D, batch size): the first seen, i.e. the newest sweep's."""
-    seen, kept = set(), []
-    for point in points:
-        key = (point["drafter"], str(point["draft_len"]), point["batch_size"])
-        if key not in seen:
-            seen.add(key)
-            kept.append(point)
-    return kept
 
 
 def _is_int(value) -> bool:

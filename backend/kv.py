@@ -18,8 +18,8 @@ from transformers import DynamicCache, PreTrainedModel
 
 @dataclass
 class ForwardResult:
-    logits: torch.Tensor  # [new_tokens (or logits_to_keep), V] float32
-    hidden: tuple[torch.Tensor, ...] | None  # per layer index, [new_tokens, hidden], when asked for
+    logits: torch.Tensor  # [new_tokens (or logits_to_keep), V] float32; batched: [B, T, V]
+    hidden: tuple[torch.Tensor, ...] | None  # per layer index, [new_tokens, hidden] (batched: [B, T, H]) if asked
 
 
 def new_cache(model: PreTrainedModel) -> DynamicCache:
@@ -62,12 +62,13 @@ def cached_forward(
 
 @torch.inference_mode()
 def batched_forward(model: PreTrainedModel, inputs: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor,
-                    cache: DynamicCache) -> torch.Tensor:
+                    cache: DynamicCache, want_hidden: bool = False) -> ForwardResult:
     """inputs [B, T] on top of a batch cache; valid [B, slots + T] marks the slots each row may attend
-    to; positions [B, T] are each row's RoPE positions. Returns logits [B, T, V] (float32)."""
+    to; positions [B, T] are each row's RoPE positions. Returns logits [B, T, V] (float32) and, when
+    asked for, the hidden states per layer index, [B, T, H]."""
     out = model(input_ids=inputs, attention_mask=valid, position_ids=positions, use_cache=True,
-                **{_cache_keyword(type(model)): cache})
-    return out.logits.float()
+                output_hidden_states=want_hidden, **{_cache_keyword(type(model)): cache})
+    return ForwardResult(out.logits.float(), tuple(out.hidden_states) if want_hidden else None)
 
 
 @memoize

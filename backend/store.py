@@ -298,6 +298,38 @@ class RunStore:
             ).fetchone()
         return row[0] if row else None
 
+    def acceptance_tables(self, target: str | None = None, drafter: str | None = None, category: str | None = None,
+                          split: str | None = None) -> dict[str, pd.DataFrame]:
+        """Acceptance over every stored drafting step, grouped by (drafter, draft_len, category), computed
+        in DuckDB: `runs` (accepted drafts and drafting steps per run, for bootstrap CIs), `histogram`
+        (steps by accepted count) and `positions` (per draft position: steps that reached it with every
+        earlier draft accepted, and steps that accepted it). Runs without a category count as '(none)';
+        `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs)."""
+        conditions, values = ["len(st.drafted) > 0", "r.status IN ('complete', 'cancelled', 'incomplete')"], []
+        for column, value in (("r.target", target), ("r.drafter", drafter), ("r.category", category),
+                              ("r.split", split)):
+            if value is not None:
+                conditions.append(f"{column} = ?")
+                values.append(value)
+        drafting = f"""
+            SELECT r.drafter, r.draft_len, coalesce(r.category, '(none)') AS category,
+                   r.run_id,
+                   st.accepted, len(st.drafted) AS drafted
+            FROM steps st JOIN runs r USING (run_id) WHERE {' AND '.join(conditions)}"""
+        queries = {
+            "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps
+                        FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",
+            "histogram": f"""SELECT drafter, draft_len, category, accepted, count(*) AS steps
+                             FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",
+            "positions": f"""SELECT drafter, draft_len, category, position,
+                                    count(*) FILTER (WHERE accepted >= position - 1) AS reached,
+                                    count(*) FILTER (WHERE accepted >= position) AS accepted
+                             FROM ({drafting}), unnest(range(1, drafted + 1)) AS p(position)
+                             GROUP BY ALL ORDER BY ALL""",
+        }
+        with self._lock:
+            return {name: self._db.execute(sql, values).df() for name, sql in queries.items()}
+
     # -- sweeps --------------------------------------------------------------------------------
 
     def start_sweep(self, sweep_id: str, target: str, fingerprint: str, device: str, settings: dict) -> None:

@@ -4,7 +4,9 @@ decoding as NDJSON streams, and is the only writer of the DuckDB run store.
     python -m backend worker [--host 127.0.0.1] [--port 8765] [--db FILE] [--preload default]
 
 Endpoints (OpenAPI at /docs): GET /health, GET /models, POST /generate, POST /compare, GET /runs,
-GET /runs/{run_id}. One compute job runs at a time; others wait in line and are told their place.
+GET /runs/{run_id}, POST /sweeps (a sweep as one job), GET /sweeps, GET /sweeps/points, and the
+read-only analyses GET /aggregates/acceptance and GET /codesign. One compute job runs at a time;
+others wait in line and are told their place.
 A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
 `Authorization: Bearer <token>`; binding to a non-loopback address without a token is refused.
 No endpoint takes SQL. This module is routes and validation; the work is in live.py.
@@ -13,6 +15,7 @@ No endpoint takes SQL. This module is routes and validation; the work is in live
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import json
 import math
@@ -27,13 +30,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from backend.drafters import DRAFTER_NAMES, DrafterOptions
+from backend.analysis import acceptance_groups
+from backend.codesign import codesign_report
+from backend.drafters import DRAFTER_NAMES, TRAINED, DrafterOptions, trained_folders
 from backend.errors import SpecScopeError
 from backend.jobs import Job, Scheduler
 from backend.kv import cached_forward, new_cache
 from backend.live import LaneSpec, LiveService, RunRequest
 from backend.model_cache import ModelCache
-from backend.models import DEFAULT_SPEC, LoadedModel
+from backend.models import DEFAULT_SPEC, LoadedModel, config_facts
 from backend.policy import MAX_DRAFT_LEN, make_policy
 from backend.store import RunStore
 from backend.verify import SamplingParams
@@ -46,6 +51,8 @@ class DrafterFields(BaseModel):
     drafter: str = "suffix"
     draft_len: int | Literal["auto"] = "auto"
     draft_model: str | None = None
+    drafter_path: str | None = Field(None, description="weights folder of a trained drafter (default: the shipped "
+                                                       "one for the target)")
     ngram_min: int = Field(1, ge=1, le=16)
     ngram_max: int = Field(4, ge=1, le=16)
     suffix_max_depth: int = Field(24, ge=2, le=128)
@@ -69,7 +76,8 @@ class DrafterFields(BaseModel):
 
     def lane(self) -> LaneSpec:
         options = DrafterOptions(self.ngram_min, self.ngram_max, self.suffix_max_depth, self.suffix_max_spec_factor,
-                                 self.suffix_min_token_prob, self.layerskip_exit_layer, self.draft_model)
+                                 self.suffix_min_token_prob, self.layerskip_exit_layer, self.draft_model,
+                                 self.drafter_path)
         return LaneSpec(self.drafter, self.draft_len, options)
 
 
@@ -220,8 +228,11 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                             "facts": loaded.facts.to_dict() if loaded else None,
                             "tle_per_forward": loaded.tle_per_forward if loaded else None})
         defaults = DrafterFields().model_dump()
+        default_target = models.peek(settings.default_target)
+        trained = trained_folders(default_target) if default_target else {}
         return {"default_target": settings.default_target, "targets": targets,
-                "drafters": [{"name": name, "defaults": defaults} for name in DRAFTER_NAMES]}
+                "drafters": [{"name": name, "defaults": defaults, "available": name not in TRAINED or name in trained,
+                              "weights": str(trained[name]) if name in trained else None} for name in DRAFTER_NAMES]}
 
     def run_request(body: PromptFields, lanes: list[LaneSpec], replay: bool) -> RunRequest:
         try:
@@ -263,6 +274,27 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         frame = store.sweep_points(sweep_id, target)
         return [_clean(row) for row in frame.to_dict(orient="records")]
 
+    @app.get("/aggregates/acceptance", summary="AL (with CI), histogram and per-position acceptance by "
+                                               "drafter and D, pooled and per category, over every stored step")
+    def acceptance(target: str | None = None, drafter: str | None = None, category: str | None = None,
+                   split: str | None = None) -> dict:
+        tables = store.acceptance_tables(target, drafter, category, split)
+        records = [tables[name].to_dict(orient="records") for name in ("runs", "histogram", "positions")]
+        return {"pooled": acceptance_groups(*records, pool_categories=True),
+                "by_category": acceptance_groups(*records)}
+
+    config_facts_cached = functools.lru_cache(maxsize=32)(config_facts)  # "default" hashes its GGUF file
+
+    @app.get("/codesign", summary="the draft-length rules for a target next to its measured sweeps")
+    def codesign(target: str | None = None, drafter: str | None = None) -> dict:
+        spec = target or settings.default_target
+        try:
+            facts = config_facts_cached(spec, settings.allow_remote_code)
+        except SpecScopeError as error:
+            raise HTTPException(422, str(error)) from error
+        points = store.sweep_points(target=spec).to_dict(orient="records")
+        return _clean(codesign_report(facts, [_clean(p) for p in points], drafter))
+
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
              category: str | None = None, status: str | None = None, kind: str | None = None,
@@ -301,6 +333,8 @@ def _clean(row: dict) -> dict:
     for key, value in row.items():
         if hasattr(value, "tolist"):
             value = value.tolist()
+        if isinstance(value, list):
+            value = [None if isinstance(v, float) and math.isnan(v) else v for v in value]
         elif isinstance(value, float) and math.isnan(value):
             value = None
         elif key in ("turns", "drafter_options") and isinstance(value, str):

@@ -38,7 +38,7 @@ for index, column in enumerate(lane_columns):
     with column:
         st.markdown(f"**Lane {index + 1}**")
         name, draft_len = DEFAULT_LANES[index]
-        lanes.append(forms.drafter_input(f"cmp{index}", default=name, default_len=draft_len))
+        lanes.append(forms.drafter_input(f"cmp{index}", models, default=name, default_len=draft_len))
 run = st.button("Run all lanes", type="primary", key="cmp_run")
 st.button("Stop", key="cmp_stop", help="Stops every lane: the stream closes and the worker cancels the job.")
 status = st.empty()

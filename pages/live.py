@@ -81,7 +81,7 @@ with left:
     with column_a:
         target = forms.target_input("live", models)
     with column_b:
-        drafter = forms.drafter_input("live")
+        drafter = forms.drafter_input("live", models)
     sampling = forms.sampling_input("live")
     run_column, stop_column = st.columns(2)
     run = run_column.button("Run", type="primary", key="live_run", width="stretch")

@@ -58,3 +58,11 @@ def save_tiny(model: LoadedModel, folder: Path) -> Path:
 
 def words(*ids: int) -> str:
     return " ".join(f"w{i}" for i in ids)
+
+
+def tiny_instructions(count: int = 24):
+    """Training instructions in the tiny vocabulary (for the self-distillation pipeline's tests)."""
+    from backend.training.corpus import Instruction
+
+    return [Instruction(f"t{i}", "test", " ".join(f"w{(i * 3 + j) % 40 + 5}" for j in range(6 + i % 5)))
+            for i in range(count)]

@@ -9,7 +9,7 @@ from backend.prompts import DEFAULT_SUITE, load_suite
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
-DRAFTERS = ["suffix", "ngram", "draft-model", "layerskip", "none"]
+DRAFTERS = ["suffix", "ngram", "draft-model", "layerskip", "eagle3", "mtp", "dflash", "dspark", "none"]
 
 
 @st.cache_data(show_spinner=False)
@@ -42,14 +42,19 @@ def prompt_input(prefix: str) -> dict:
     return fields
 
 
-def target_input(prefix: str, models: dict) -> str:
-    specs = [t["spec"] for t in models["targets"]]
-    return st.selectbox("Target model", specs, index=specs.index(models["default_target"]), key=f"{prefix}_target")
+def target_input(prefix: str, models: dict, stored: list[str] = ()) -> str:
+    """The worker's targets (default first), plus `stored`: targets that only have stored results."""
+    specs = list(dict.fromkeys([models["default_target"], *(t["spec"] for t in models["targets"]), *stored]))
+    return st.selectbox("Target model", specs, key=f"{prefix}_target")
 
 
-def drafter_input(prefix: str, default: str = "suffix", default_len: int | str = "auto") -> dict:
-    """Drafter name, D (slider 0-16 or auto) and the drafter's options."""
-    drafter = st.selectbox("Drafter", DRAFTERS, index=DRAFTERS.index(default), key=f"{prefix}_drafter")
+def drafter_input(prefix: str, models: dict, default: str = "suffix", default_len: int | str = "auto") -> dict:
+    """Drafter name (those the worker has weights for), D (slider 0-16 or auto) and the drafter's options."""
+    available = {d["name"] for d in models["drafters"] if d.get("available", True)}
+    names = [name for name in DRAFTERS if name in available]
+    drafter = st.selectbox("Drafter", names, index=names.index(default), key=f"{prefix}_drafter",
+                           help="Trained drafters (eagle3, mtp, dflash, dspark) are listed when weights trained for "
+                                "the target are found under data/drafters/.")
     draft_len = st.select_slider("Draft length D", D_CHOICES, value=default_len, key=f"{prefix}_d",
                                  help="Tokens drafted per step; 0 is plain decoding, auto adapts D every step.")
     fields = {"drafter": drafter, "draft_len": draft_len}
@@ -65,6 +70,9 @@ def drafter_input(prefix: str, default: str = "suffix", default_len: int | str =
         elif drafter == "layerskip":
             exit_layer = st.number_input("exit after layer (0 = half the layers)", 0, 256, 0, key=f"{prefix}_exit")
             fields["layerskip_exit_layer"] = exit_layer or None
+        elif drafter in ("eagle3", "mtp", "dflash", "dspark"):
+            path = st.text_input("weights folder (empty: the shipped one)", "", key=f"{prefix}_drafter_path")
+            fields["drafter_path"] = path.strip() or None
         elif drafter == "draft-model":
             fields["draft_model"] = st.text_input("draft model (HF id, folder or .gguf)", "default",
                                                   key=f"{prefix}_draft_model")
@@ -80,3 +88,19 @@ def sampling_input(prefix: str) -> dict:
     max_new = columns[1].number_input("Max new tokens", 1, 2048, 128, key=f"{prefix}_max_new")
     seed = columns[2].number_input("Seed", 0, 2**31 - 1, 0, key=f"{prefix}_seed")
     return {"temperature": temperature, "max_new_tokens": int(max_new), "seed": int(seed)}
+
+
+def analysis_target(prefix: str, worker, column) -> tuple[str, list[dict]]:
+    """The target picker of the analysis pages (the worker's targets and those with stored sweeps), drawn in
+    `column`; returns (target, its complete sweeps). A worker error stops the page with its message."""
+    from backend.client import WorkerError
+
+    try:
+        models = worker.models()
+        sweeps = [s for s in worker.sweeps() if s["status"] == "complete"]
+    except WorkerError as error:
+        st.error(str(error))
+        st.stop()
+    with column:
+        target = target_input(prefix, models, sorted({s["target"] for s in sweeps}))
+    return target, [s for s in sweeps if s["target"] == target]

@@ -1,6 +1,7 @@
 """Steps as coloured tokens: accepted drafts green, the first rejected draft red, the rest of that
 draft grey (both struck through: they are not part of the output), the target's own token blue.
-Hovering a token shows its draft and target probabilities. All text is HTML-escaped."""
+Hovering a token shows its draft and target probabilities. A draft a confidence head cut short
+(DSpark) is marked with a small scissors after it. All text is HTML-escaped."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ STYLE = """<style>
 .ss-rej { background: #ffd2d2; color: #9b1111; text-decoration: line-through; }
 .ss-skip { color: #9aa0a6; text-decoration: line-through; }
 .ss-tgt { background: #d3e4ff; color: #0b3d91; }
+.ss-cut { color: #b26b00; font-size: 0.75rem; vertical-align: super; }
 .ss-turn { display: block; color: #666; font-style: italic; margin: 0.4rem 0; }
 .ss-legend span { padding: 0 0.4rem; margin-right: 0.4rem; }
 </style>"""
 
 LEGEND = ('<div class="ss-legend"><span class="ss-acc">accepted draft</span><span class="ss-rej">rejected draft'
           '</span><span class="ss-skip">discarded after a rejection</span><span class="ss-tgt">target\'s own '
-          'token</span></div>')
+          'token</span><span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence</div>')
 
 
 def _prob(values: list | None, i: int) -> str:
@@ -46,6 +48,9 @@ def step_html(step: dict) -> str:
             parts.append(_span("ss-rej", text, title + " · rejected"))
         else:
             parts.append(_span("ss-skip", text, title + " · discarded"))
+    if step.get("stop_reason") == "low-confidence":
+        parts.append(_span("ss-cut", "✂", f"step {step['index']} · the drafter's confidence head stopped the draft "
+                                          f"after {len(drafted_text)} tokens (D = {step.get('draft_len')})"))
     if emitted > accepted:
         kind = "bonus (all drafts accepted)" if accepted == len(drafted_text) and drafted_text else "target's token"
         title = f"step {step['index']} · {kind}: target p={step.get('target_token_prob', 0):.3f}"

@@ -1,23 +1,32 @@
 """The draft mechanisms, one file each, and the one place that builds them by name.
 
 `none` means no drafter: plain decoding, the baseline. Everything else implements the protocol in
-`base.py`.
+`base.py`. The trained kinds (eagle3, mtp, dflash, dspark) load a weights folder: the one given in
+the options, else the folder under data/drafters/ trained for this very target (its fingerprint).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from backend.drafters.base import Drafter
+from backend.drafters.dflash import DFlashDrafter
 from backend.drafters.draft_model import DraftModelDrafter
+from backend.drafters.dspark import DSparkDrafter
+from backend.drafters.eagle3 import Eagle3Drafter
 from backend.drafters.layerskip import LayerSkipDrafter
+from backend.drafters.mtp import MtpDrafter
 from backend.drafters.ngram import NgramDrafter
 from backend.drafters.suffix import SuffixDrafter
 from backend.errors import SpecScopeError
 from backend.models import LoadedModel, load_model
 
-DRAFTER_NAMES = ("none", "ngram", "suffix", "draft-model", "layerskip")
+TRAINED = {"eagle3": Eagle3Drafter, "mtp": MtpDrafter, "dflash": DFlashDrafter, "dspark": DSparkDrafter}
+DRAFTER_NAMES = ("none", "ngram", "suffix", "draft-model", "layerskip", *TRAINED)
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "drafters"
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class DrafterOptions:
     suffix_min_token_prob: float = 0.1
     layerskip_exit_layer: int | None = None  # default: half the target's layers
     draft_model: str | None = None  # model spec of the external draft
+    drafter_path: str | None = None  # weights folder of a trained drafter (default: the shipped one)
 
 
 def build_drafter(name: str, target: LoadedModel, options: DrafterOptions = DrafterOptions(),
@@ -50,7 +60,27 @@ def build_drafter(name: str, target: LoadedModel, options: DrafterOptions = Draf
                                  "(a Hugging Face id, a folder or a .gguf file sharing the target's tokenizer)")
         draft = load(options.draft_model, device=str(target.device), dtype=_dtype_name(target))
         return DraftModelDrafter(target, draft)
+    if name in TRAINED:
+        folder = options.drafter_path or trained_folders(target).get(name)
+        if folder is None:
+            raise SpecScopeError(f"no trained {name} drafter for '{target.spec}': train one with `python -m backend "
+                                 f"train --kind {name} --target {target.spec} --out data/drafters/{name}-NAME`, or "
+                                 "give its folder with --drafter-path")
+        return TRAINED[name].load(folder, target)
     raise SpecScopeError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
+
+
+def trained_folders(target: LoadedModel, root: Path = SHIPPED_DIR) -> dict[str, Path]:
+    """The weights folders under `root` trained for this target (same fingerprint), by kind."""
+    found = {}
+    for config in sorted(root.glob("*/config.json")):
+        try:
+            record = json.loads(config.read_text())
+        except ValueError:
+            continue
+        if record.get("kind") in TRAINED and record.get("target", {}).get("fingerprint") == target.fingerprint:
+            found.setdefault(record["kind"], config.parent)
+    return found
 
 
 def _dtype_name(model: LoadedModel) -> str:

@@ -3,11 +3,13 @@
 import pytest
 
 from backend.analysis import (
+    acceptance_groups,
     bootstrap_al_ci,
     d_ladder,
     d_start,
     interpolate,
     matched_interactivity,
+    newest_per_config,
     pareto_frontier,
     predicted_speedup,
     recommended_d,
@@ -76,3 +78,26 @@ def test_recommended_d_is_the_fastest_per_batch_size():
     points = [{"batch_size": b, "draft_len": d, "throughput_tps": t}
               for b, d, t in ((1, 0, 10), (1, 4, 14), (8, 0, 50), (8, 4, 45))]
     assert recommended_d(points) == {1: "4", 8: "0"}
+
+
+def test_acceptance_groups_by_hand():
+    # run A: two steps of D=2 accepting 2 then 0; run B: one step accepting 1
+    runs = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 2, "steps": 2},
+            {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 1, "steps": 1}]
+    histogram = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": j, "steps": 1}
+                 for j in range(3)]
+    positions = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 1, "reached": 3, "accepted": 2},
+                 {"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 2, "reached": 2, "accepted": 1}]
+    [group] = acceptance_groups(runs, histogram, positions)
+    assert group["runs"] == 2 and group["drafting_steps"] == 3 and group["histogram"] == [1, 1, 1]
+    assert group["al"] == pytest.approx(2.0)  # 1 + 3 accepted / 3 steps
+    assert group["survival"] == pytest.approx([2 / 3, 1 / 3])
+    assert group["conditional"] == pytest.approx([2 / 3, 1 / 2])
+    assert group["al_ci_low"] <= 2.0 <= group["al_ci_high"]
+
+
+def test_newest_per_config_keeps_the_first_of_each():
+    points = [{"drafter": "ngram", "draft_len": 4, "batch_size": 1, "sweep": "new"},
+              {"drafter": "ngram", "draft_len": "4", "batch_size": 1, "sweep": "old"},
+              {"drafter": "ngram", "draft_len": "4", "batch_size": 2, "sweep": "old"}]
+    assert [p["sweep"] for p in newest_per_config(points)] == ["new", "old"]

@@ -75,3 +75,56 @@ def test_batched_rows_equal_single_sequences_on_the_default_model(default_model)
         drafter = build_drafter(name, default_model)
         result = BatchEngine(engine).generate(prompts, drafter, GenerationSettings(32, draft_len=draft_len))
         assert [row.output_ids for row in result.rows] == single, (name, draft_len)
+
+
+class RecordingDrafter:
+    """Proposes fixed drafts and records, per row, the target hidden states the batch hands it."""
+
+    name = "recording"
+    target_hidden_layers = (0, 2, 4)
+    free_to_propose = True
+
+    def __init__(self) -> None:
+        self.sessions: list[RecordingDrafter.Session] = []
+
+    class Session:
+        def __init__(self, prompt_hidden) -> None:
+            self.rows = {layer: [states] for layer, states in prompt_hidden.items()}
+
+        def propose(self, request):
+            from backend.drafters.base import Draft
+
+            return Draft([7, 8, 9][: request.max_tokens])
+
+        def observe(self, outcome) -> None:
+            for layer, states in outcome.hidden.items():
+                assert states.shape[0] == len(outcome.committed)
+                self.rows[layer].append(states)
+
+        def close(self) -> None:
+            pass
+
+    def cost(self):
+        from backend.drafters.base import DrafterCost
+
+        return DrafterCost(0.0, 1.0)
+
+    def start(self, prompt, prompt_hidden):
+        self.sessions.append(self.Session(prompt_hidden))
+        return self.sessions[-1]
+
+
+def test_rows_receive_the_hidden_states_of_their_committed_positions(tiny, engine):
+    import torch
+
+    drafter = RecordingDrafter()
+    prompts = [p for p in PROMPTS if len(p) > 1]
+    result = BatchEngine(engine).generate(prompts, drafter, GenerationSettings(20, draft_len=3))
+    for prompt, row, session in zip(prompts, result.rows, drafter.sessions, strict=True):
+        sequence = prompt + row.output_ids
+        with torch.inference_mode():
+            fresh = tiny.model(torch.tensor([sequence[:-1]]), output_hidden_states=True).hidden_states
+        for layer in drafter.target_hidden_layers:
+            got = torch.cat(session.rows[layer])  # row i: the state that predicted sequence[i + 1]
+            assert got.shape[0] == len(sequence) - 1
+            assert torch.allclose(got, fresh[layer][0], atol=1e-4)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import signal
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from backend.analysis import acceptance_groups
+from backend.metrics import acceptance_stats
 from backend.store import MIGRATIONS, RunStore
 from tests.tiny import save_tiny
 from tests.workers import WorkerProcess
@@ -47,6 +50,31 @@ def test_runs_steps_and_filters(tmp_path):
     assert json.loads(store.run("r2")["turns"]) == ["hello"]
     with pytest.raises(ValueError):
         store.finish_run("r1", target="evil")  # only result fields may change
+
+
+def test_acceptance_tables_agree_with_the_metrics_module(tmp_path):
+    store = RunStore(tmp_path / "acc.duckdb")
+    pattern = {"r1": [(3, 3), (3, 0), (3, 1), (0, 0)], "r2": [(3, 2), (2, 2)], "r3": [(3, 3)]}  # (drafted, accepted)
+    records = {}
+    for run_id, steps in pattern.items():
+        store.start_run(run_row(run_id, draft_len=3, category="chat" if run_id != "r3" else "code"))
+        records[run_id] = [{"index": i, "turn": 0, "draft_len": 3, "drafted": list(range(10, 10 + n)), "accepted": a,
+                            "emitted": list(range(a + 1)), "draft_s": 0.0, "verify_s": 0.01}
+                           for i, (n, a) in enumerate(steps)]
+        store.add_steps(run_id, records[run_id])
+        store.finish_run(run_id, status="complete")
+    tables = [table.to_dict(orient="records") for table in store.acceptance_tables(target="t").values()]
+    [pooled] = acceptance_groups(*tables, pool_categories=True)
+    expected = acceptance_stats([SimpleNamespace(**s) for steps in records.values() for s in steps])
+    assert pooled["drafting_steps"] == expected.drafting_steps == 6 and pooled["runs"] == 3
+    assert pooled["al"] == pytest.approx(expected.al)
+    assert pooled["histogram"] == expected.histogram
+    assert pooled["survival"] == pytest.approx(expected.survival)
+    assert pooled["conditional"] == pytest.approx(expected.conditional)
+    by_category = acceptance_groups(*tables)
+    assert [(g["category"], g["drafting_steps"]) for g in by_category] == [("chat", 5), ("code", 1)]
+    assert acceptance_groups(*(t.to_dict(orient="records")
+                               for t in store.acceptance_tables(target="other").values())) == []
 
 
 def test_open_runs_become_incomplete_at_the_next_start(tmp_path):

@@ -193,3 +193,44 @@ def test_non_loopback_bind_without_a_token_is_refused(tmp_path):
                              str(tmp_path / "x.duckdb")], cwd=ROOT, capture_output=True, text=True, timeout=120,
                             env={k: v for k, v in os.environ.items() if k != "SPECSCOPE_TOKEN"})
     assert result.returncode == 2 and "SPECSCOPE_TOKEN" in result.stderr
+
+
+def test_a_sweep_through_the_worker_is_stored_and_analysed_there(worker, tiny_folder, tmp_path):
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({"question_id": i, "category": "copy" if i % 2 else "chat",
+                                         "turns": [PROMPT + f" w{i + 30}"]}) + "\n" for i in range(4)))
+    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url}
+    command = [sys.executable, "-m", "backend", "bench", "sweep", "--suite", str(suite), "--drafters", "ngram",
+               "--draft-lens", "0,2,4", "--batch-sizes", "1,2", "--max-new-tokens", "12", "--json",
+               "--target", tiny_folder]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"stored by the worker at {worker.url}" in done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert len(report["points"]) == 2 * 3 and all(p["lossless"] for p in report["points"])
+
+    [sweep] = [s for s in httpx.get(worker.url + "/sweeps").json() if s["sweep_id"] == report["sweep_id"]]
+    assert sweep["status"] == "complete" and sweep["target"] == tiny_folder
+    points = httpx.get(worker.url + "/sweeps/points", params={"sweep_id": report["sweep_id"]}).json()
+    overall = [p for p in points if p["category"] == "all" and p["split"] == "all"]
+    assert {(p["drafter"], p["draft_len"], p["batch_size"]) for p in overall} == {
+        (name, d, b) for name, d in (("none", "0"), ("ngram", "2"), ("ngram", "4")) for b in (1, 2)}
+    assert {p["category"] for p in points} == {"all", "chat", "copy"}
+
+    groups = httpx.get(worker.url + "/aggregates/acceptance", params={"target": tiny_folder, "drafter": "ngram"}).json()
+    by_length = {g["draft_len"]: g for g in groups["pooled"]}
+    assert {g["category"] for g in groups["by_category"]} >= {"chat", "copy"}
+    assert sum(g["drafting_steps"] for g in groups["by_category"] if g["draft_len"] == "4") == \
+        by_length["4"]["drafting_steps"]
+    assert {"2", "4"} <= by_length.keys()
+    four = by_length["4"]
+    assert four["al_ci_low"] <= four["al"] <= four["al_ci_high"] and len(four["survival"]) == 4
+    assert sum(four["histogram"]) == four["drafting_steps"]
+    assert four["al"] == pytest.approx(1 + sum(j * n for j, n in enumerate(four["histogram"])) / four["drafting_steps"])
+
+    design = httpx.get(worker.url + "/codesign", params={"target": tiny_folder, "drafter": "ngram"}).json()
+    assert design["G"] == 2 and design["d_start"] == 63 and design["d_ladder"] == [63]
+    assert design["measured"].keys() == design["predicted"].keys() == {"2", "4"}
+    assert design["recommended_d"].keys() == {"1", "2"}
+    bad = httpx.get(worker.url + "/codesign", params={"target": "/no/such/model"})
+    assert bad.status_code == 422 and "error" in bad.json()

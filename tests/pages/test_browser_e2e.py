@@ -2,7 +2,8 @@
 against `streamlit run app.py` and a worker serving the embedded default model.
 
 Paste a prompt, run, see green and red tokens appear step by step; move the D slider and rerun;
-compare two drafters; open the run in History. Screenshots go to artifacts/screenshots/ (git-ignored).
+compare two drafters; open the run in History; after a small sweep, open the Pareto page and hover
+a point to read its configuration. Screenshots go to artifacts/screenshots/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from backend.client import WorkerClient
 from backend.prompts import DEFAULT_SUITE, load_suite
 from tests.workers import ROOT, WorkerProcess, free_port
 
@@ -41,9 +43,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(CHROMIUM).exists(), 
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
+def e2e_worker(tmp_path_factory):
     worker = WorkerProcess(tmp_path_factory.mktemp("db") / "e2e.duckdb", "default")
     worker.wait_ready()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture(scope="module")
+def dashboard(e2e_worker):
+    worker = e2e_worker
     port = free_port()
     env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url, "SPECSCOPE_NO_AUTOSTART": "1"}
     server = subprocess.Popen(
@@ -60,7 +69,6 @@ def dashboard(tmp_path_factory):
             time.sleep(0.3)
     yield url
     server.terminate()
-    worker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +154,25 @@ def test_open_the_run_in_history(browser_page):
     page.get_by_text("Replaying stored run").wait_for()
     assert page.locator(".ss-out span.ss-acc, .ss-out span.ss-tgt").count() > 0
     page.screenshot(path=str(SHOTS / "history_replay.png"), full_page=True)
+
+
+def test_hover_a_point_on_the_pareto_page(browser_page, e2e_worker):
+    client = WorkerClient(e2e_worker.url)
+    questions = [{"question_id": q.question_id, "category": q.category, "turns": [q.turns[0]]}
+                 for q in load_suite(DEFAULT_SUITE, ["code_editing", "qa"], per_category=1)]
+    records = list(client.sweep(questions=questions, drafters=["ngram"], draft_lens=[0, 4], batch_sizes=[1, 2],
+                                max_new_tokens=12))
+    assert records[-1]["type"] == "sweep"
+    page = browser_page
+    page.get_by_role("link", name="Pareto").click()
+    page.get_by_text("Throughput vs interactivity").wait_for()
+    chart = page.locator(".js-plotly-plot").first
+    points = chart.locator(".scatterlayer .trace .points path")
+    points.first.wait_for()
+    assert points.count() == 4
+    points.first.hover(force=True)
+    label = chart.locator(".hoverlayer .hovertext")
+    label.first.wait_for()
+    text = label.first.text_content()
+    assert re.search(r"(none|ngram) D=\d+ B=[12]", text) and "tok/s" in text, text
+    page.screenshot(path=str(SHOTS / "pareto.png"), full_page=True)

@@ -1,0 +1,121 @@
+"""MTP: a DeepSeek-V3-style multi-token-prediction module used as a drafter, one module reused for every
+draft step as vLLM does with `deepseek_mtp` (research notes §2). SmolLM2 has no native MTP head, so this
+one is trained from scratch on the target's final hidden state; it borrows the target's embeddings, final
+norm and LM head (frozen, shared; optionally only the d2t rows, a cheaper deviation from DeepSeek).
+
+    x_t  = proj([enorm(emb(x_{t+1})); hnorm(h_t)])           2H -> H (embedding first, as vLLM)
+    h'_t = block(x_t)                                         one Llama decoder layer, RoPE position t + j
+    q_t  = softmax(lm_head(final_norm(h'_t))[d2t])            a guess for x_{t+2}
+
+h_t is the target's hs[L] (post-norm, HF numbering) at step 0 and the module's own output afterwards.
+Drafting, the session and the KV-cache handling are EAGLE-3's (eagle3.py), with the target's final
+state as the only feature. Training is the recursive multi-step loss of FastMTP / speculators (own hidden
+fed back, step weights beta^k normalised, beta = 0.6), with two deviations: the loss is forward KL to the
+target's distribution rather than cross-entropy to the data token, and step k attends as at drafting
+time (the target-fed step 0 of earlier positions plus its own chain, EAGLE-3's training-time test)
+rather than causally over step-k states. Knows nothing about the engine or the training loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+from backend.drafters import eagle3
+from backend.drafters.eagle3 import DraftLayer, FeatureDrafter, FeatureHead
+from backend.drafters.trained import TargetParts, TrainBatch
+from backend.errors import SpecScopeError
+from backend.models import LoadedModel
+
+KIND = "mtp"
+STEP_BETA = 0.6  # FastMTP's step weights beta^k / sum_j beta^j
+save = eagle3.save  # (head, target, folder): writes the weights folder
+state_for_saving = eagle3.state_for_saving  # head -> (settings, state, d2t or None) for trained.save_drafter
+
+
+@dataclass(frozen=True)
+class MtpConfig:
+    draft_vocab_size: int  # rows of the shared LM head scored: V (DeepSeek's design) or a reduced d2t set
+    intermediate_size: int  # MLP width of the module's decoder layer
+
+    @classmethod
+    def for_target(cls, parts: TargetParts, **settings) -> MtpConfig:
+        config = cls(settings.pop("draft_vocab_size", parts.vocab_size),
+                     settings.pop("intermediate_size", parts.config.intermediate_size))
+        if settings:
+            raise SpecScopeError(f"unknown {KIND} settings: {', '.join(sorted(settings))} (known: draft_vocab_size, "
+                                 "intermediate_size)")
+        if not 1 <= config.draft_vocab_size <= parts.vocab_size:
+            raise SpecScopeError(f"the draft vocabulary must hold 1..{parts.vocab_size} tokens, got "
+                                 f"{config.draft_vocab_size}")
+        return config
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class MtpHead(FeatureHead):
+    kind = KIND
+    config_class = MtpConfig
+
+    def __init__(self, parts: TargetParts, config: MtpConfig, d2t: torch.Tensor) -> None:
+        super().__init__(parts, config, d2t)
+        hidden, eps = parts.hidden_size, parts.config.rms_norm_eps
+        self.embed_norm = LlamaRMSNorm(hidden, eps)
+        self.hidden_norm = LlamaRMSNorm(hidden, eps)
+        self.proj = nn.Linear(2 * hidden, hidden, bias=False)
+        self.input_norm = LlamaRMSNorm(hidden, eps)
+        self.layer = DraftLayer(parts.config, hidden, config.intermediate_size)
+        # the shared LM head's rows, frozen and outside the state dict (a view, not a copy, for the whole vocabulary)
+        weight, bias = parts.lm_head.weight.detach(), parts.lm_head.bias
+        whole = eagle3.whole_vocabulary(self.d2t, parts.vocab_size)
+        self.register_buffer("head_weight", weight if whole else weight[self.d2t], persistent=False)  # [Vd, H]
+        self.register_buffer("head_bias", None if bias is None else bias.detach()[self.d2t], persistent=False)
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return (self.parts.num_layers,)
+
+    def begin(self, features: torch.Tensor) -> torch.Tensor:
+        return features  # the target's final state, [..., H]
+
+    def step(self, embeds: torch.Tensor, h: torch.Tensor, positions: torch.Tensor, memory) -> torch.Tensor:
+        x = self.proj(torch.cat([self.embed_norm(embeds), self.hidden_norm(h)], dim=-1))  # [B, T, 2H] -> [B, T, H]
+        return self.layer(self.input_norm(x), x, positions, memory)  # [B, T, H]: the block's output, fed back
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        norm = self.parts.norm  # the target's final norm, its weights detached so no gradient reaches the target
+        normed = functional_call(norm, {name: p.detach() for name, p in norm.named_parameters()}, (h,))
+        return F.linear(normed, self.head_weight, self.head_bias)  # [..., Vd]
+
+    def draft_weights(self) -> int:
+        return super().draft_weights() + self.head_weight.numel()  # the shared head runs every step too
+
+
+def new_head(target: LoadedModel, d2t: torch.Tensor | None = None, token_counts: torch.Tensor | None = None,
+             **settings) -> MtpHead:
+    """A fresh, untrained module scoring the whole vocabulary by default (vocabulary: see eagle3.fresh_head).
+    Settings: draft_vocab_size, intermediate_size."""
+    return eagle3.fresh_head(MtpHead, target, d2t, token_counts, settings)
+
+
+def training_layers(target: LoadedModel, **settings) -> tuple[int, ...]:
+    """Training reads the target's final hidden state only: the module's input and the soft targets."""
+    MtpConfig.for_target(TargetParts.of(target), **settings)
+    return (target.facts.num_layers,)
+
+
+def training_loss(head: MtpHead, parts: TargetParts, batch: TrainBatch, steps: int = 3, beta: float = STEP_BETA
+                  ) -> tuple[torch.Tensor, dict]:
+    """The recursive multi-step loss over `steps` draft steps, step k weighted beta**k (see eagle3.ttt_loss)."""
+    return eagle3.ttt_loss(head, parts, batch, [beta**k for k in range(steps)])
+
+
+class MtpDrafter(FeatureDrafter):
+    name = KIND
+    head_class = MtpHead

@@ -1,0 +1,80 @@
+"""The model card written next to a trained drafter's weights (`README.md`): what it is, the data and
+tokens it saw, training time and hardware, the validation curve (loss and AL against training tokens),
+AL by D and category measured on the held-out prompt suite, and the command to train it further.
+
+Knows nothing about the mechanisms; it formats what the training run measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend.analysis import bootstrap_al_ci
+from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.models import LoadedModel
+from backend.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+from backend.training.loop import TrainReport, TrainSettings
+
+
+def suite_acceptance(target: LoadedModel, drafter, draft_lens: tuple[int, ...] = (2, 4, 6, 8),
+                     per_category: int = 2, max_new_tokens: int = 64) -> list[dict]:
+    """AL with a 95% bootstrap CI over prompts, per category and D, greedy, on the evaluation suite."""
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
+    questions = load_suite(DEFAULT_SUITE, per_category=per_category)
+    rows = []
+    for draft_len in draft_lens:
+        settings = GenerationSettings(max_new_tokens, draft_len=draft_len)
+        per_prompt: dict[str, list[tuple[int, int]]] = {}
+        for question in questions:
+            prompt = encode_conversation(target.tokenizer, [question.turns[0]], [])
+            steps = [s for s in engine.generate(prompt, drafter, settings).run().steps if s.drafted]
+            per_prompt.setdefault(question.category, []).append((sum(s.accepted for s in steps), len(steps)))
+        for category, counts in sorted(per_prompt.items()):
+            al, low, high = bootstrap_al_ci(counts)
+            rows.append({"category": category, "draft_len": draft_len, "al": al, "al_ci_low": low, "al_ci_high": high})
+    return rows
+
+
+def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, settings: TrainSettings,
+               head_settings: dict, facts: dict, suite: list[dict] | None = None) -> Path:
+    lines = [
+        f"# {out.name}: a {kind} drafter for {target.spec}",
+        "",
+        f"Trained by SpecScope (`python -m backend train --kind {kind}`) on the target `{target.spec}` "
+        f"(fingerprint `{target.fingerprint[:16]}`). Load it with `--drafter {kind}`; it is lossless through "
+        "the engine whatever its quality: the target verifies every draft.",
+        "",
+        "## Data",
+        f"- {facts['corpus']}. The evaluation prompt suites are held out (checked when the corpus is built).",
+        f"- Cached sequence tokens: {facts['train_sequence_tokens']} for training, "
+        f"{facts['validation_sequence_tokens']} for validation (prompt + answer; the loss covers answer tokens).",
+        f"- Distillation time: {facts['distil_seconds']} s.",
+        "",
+        "## Training",
+        f"- {report.steps} steps of {settings.rows} windows x {settings.window} tokens "
+        f"({report.steps * settings.rows * settings.window} window tokens), AdamW, learning rate "
+        f"{settings.learning_rate}, warm-up {settings.warmup_steps} steps then cosine decay.",
+        f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
+        f"- Head settings: `{head_settings or 'defaults'}`.",
+        f"- Command: `python -m backend {facts['command']}`",
+        "",
+        "## Validation curve (held-out instructions)",
+        "",
+        "| training tokens | validation loss | AL (greedy, D = "
+        f"{settings.validation_draft_len}) |",
+        "|---:|---:|---:|",
+        *[f"| {v['tokens']} | {v['validation_loss']:.3f} | {v['al']:.2f} |" for v in report.validation],
+    ]
+    if suite:
+        lines += ["", "## AL on the evaluation suite (greedy, 95% bootstrap CI over prompts)", "",
+                  "| category | D | AL | CI |", "|---|---:|---:|---|",
+                  *[f"| {r['category']} | {r['draft_len']} | {r['al']:.2f} | "
+                    f"{r['al_ci_low']:.2f}-{r['al_ci_high']:.2f} |" for r in suite]]
+    lines += ["", "## Training further",
+              "On a CUDA machine (bf16 is used there automatically), resume from this folder's checkpoint with more "
+              "tokens:", "",
+              f"    python -m backend train --kind {kind} --target {target.spec} --out {out} "
+              f"--tokens {settings.tokens * 20} --data-tokens 2000000 --device cuda", ""]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,156 @@
+"""Self-distillation data: the target answers the corpus instructions (greedy, batched), then one
+forward pass over each prompt + answer records the hidden states the drafters learn from. Everything
+is cached on disk once per (target, layers, answer length) and reused by every drafter's training.
+
+Cache layout: `<cache>/<target fingerprint[:16]>-<layers>-<max_new_tokens>/` holding `manifest.json`
+(instructions done, tokens, layers) and `shard-NNNNN.safetensors`, each with `input_ids` [N] (the
+sequences concatenated), `starts` [S+1] (sequence boundaries), `loss_mask` [N] (answer positions
+whose next token is a target) and `hidden.<layer>` [N, H] in fp16. Generation resumes where it
+stopped. `batches` packs sequences into fixed windows for training.
+
+Knows nothing about any drafter mechanism; `layers` is the union of what the mechanisms ask for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from backend.batch import BatchEngine
+from backend.drafters.trained import TrainBatch
+from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.models import LoadedModel
+from backend.prompts import encode_conversation
+from backend.training.corpus import Instruction
+
+SHARD_SEQUENCES = 32
+MAX_PROMPT_TOKENS = 480
+
+
+def default_cache_root() -> Path:
+    return Path(os.environ.get("SPECSCOPE_CACHE", Path.home() / ".cache" / "specscope")) / "training"
+
+
+@dataclass
+class DistilledData:
+    folder: Path
+    layers: tuple[int, ...]
+    split: str
+
+    def shards(self) -> list[Path]:
+        return sorted(self.folder.glob(f"{self.split}-shard-*.safetensors"))
+
+    def tokens(self) -> int:
+        manifest = _manifest(self.folder)
+        return manifest["tokens"].get(self.split, 0)
+
+
+def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[int, ...], split: str,
+           max_new_tokens: int = 192, batch_size: int = 8, token_budget: int | None = None,
+           cache_root: Path | None = None, progress: Callable[[int, int], None] = lambda done, total: None,
+           ) -> DistilledData:
+    """Generate (or resume) the target's answers to the `split` instructions and cache their hidden states,
+    until every instruction is done or `token_budget` sequence tokens are cached for this split."""
+    layers = tuple(sorted(set(layers)))
+    folder = (cache_root or default_cache_root()) / (
+        f"{target.fingerprint[:16]}-{'_'.join(map(str, layers))}-{max_new_tokens}")
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = _manifest(folder)
+    done = set(manifest["done"].get(split, []))
+    todo = [i for i in instructions if i.split == split and i.instruction_id not in done]
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
+    batcher = BatchEngine(engine)
+    tokens = manifest["tokens"].get(split, 0)
+    budget = token_budget or float("inf")
+    shard = len(list(folder.glob(f"{split}-shard-*.safetensors")))
+    for start in range(0, len(todo), SHARD_SEQUENCES):
+        if tokens >= budget:
+            break
+        group = todo[start: start + SHARD_SEQUENCES]
+        prompts = [encode_conversation(target.tokenizer, [i.text], [])[-MAX_PROMPT_TOKENS:] for i in group]
+        sequences, masks = [], []
+        for offset in range(0, len(prompts), batch_size):
+            batch = prompts[offset: offset + batch_size]
+            result = batcher.generate(batch, None, GenerationSettings(max_new_tokens, draft_len=0))
+            for prompt, row in zip(batch, result.rows, strict=True):
+                sequences.append(prompt + row.output_ids)
+                # position t predicts token t+1: answer tokens are predicted from len(prompt)-1 on
+                masks.append([False] * (len(prompt) - 1) + [True] * len(row.output_ids) + [False])
+        _write_shard(folder / f"{split}-shard-{shard:05d}.safetensors", target, sequences, masks, layers)
+        shard += 1
+        tokens += sum(len(s) for s in sequences)
+        manifest["done"].setdefault(split, []).extend(i.instruction_id for i in group)
+        manifest["tokens"][split] = tokens
+        manifest["layers"] = list(layers)
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        progress(min(tokens, int(min(budget, 1e18))), int(budget) if budget != float("inf") else tokens)
+    return DistilledData(folder, layers, split)
+
+
+@torch.inference_mode()
+def _write_shard(path: Path, target: LoadedModel, sequences: list[list[int]], masks: list[list[bool]],
+                 layers: tuple[int, ...]) -> None:
+    hidden: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    for sequence in sequences:
+        ids = torch.tensor([sequence], device=target.device)  # [1, T]
+        states = target.model(input_ids=ids, output_hidden_states=True).hidden_states  # L+1 x [1, T, H]
+        for layer in layers:
+            hidden[layer].append(states[layer][0].to("cpu", torch.float16))  # [T, H]
+    lengths = torch.tensor([len(s) for s in sequences])
+    tensors = {"input_ids": torch.tensor([t for s in sequences for t in s], dtype=torch.int64),
+               "starts": torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]),
+               "loss_mask": torch.tensor([m for mask in masks for m in mask], dtype=torch.bool)}
+    tensors |= {f"hidden.{layer}": torch.cat(hidden[layer]) for layer in layers}
+    save_file(tensors, str(path))
+
+
+def _manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else {"done": {}, "tokens": {}, "layers": []}
+
+
+def batches(data: DistilledData, window: int, rows: int, device: torch.device, dtype: torch.dtype,
+            seed: int = 0, epochs: int | None = None) -> Iterator[TrainBatch]:
+    """Training batches of `rows` windows of `window` tokens, each window cut from one sequence (sequences
+    longer than a window give several; shorter ones are padded with a masked tail). Shuffled per epoch."""
+    rng = random.Random(seed)
+    pieces = []  # (shard index, start, end) of every window
+    shards = [load_file(str(path)) for path in data.shards()]
+    for index, shard in enumerate(shards):
+        starts = shard["starts"].tolist()
+        for begin, end in zip(starts, starts[1:], strict=False):
+            pieces += [(index, s, min(s + window, end)) for s in range(begin, end - 1, window)]
+    if not pieces:
+        raise ValueError(f"no cached training data in {data.folder} for the {data.split} split")
+    epoch = 0
+    while epochs is None or epoch < epochs:
+        rng.shuffle(pieces)
+        for first in range(0, len(pieces) - rows + 1 if len(pieces) >= rows else 1, rows):
+            yield _collate([shards[i] for i, _, _ in pieces[first: first + rows]],
+                           [(s, e) for _, s, e in pieces[first: first + rows]], data.layers, window, device, dtype)
+        epoch += 1
+
+
+def _collate(shards: list[dict], spans: list[tuple[int, int]], layers: tuple[int, ...], window: int,
+             device: torch.device, dtype: torch.dtype) -> TrainBatch:
+    rows = len(spans)
+    hidden_size = shards[0][f"hidden.{layers[0]}"].shape[1]
+    input_ids = torch.zeros(rows, window, dtype=torch.int64)  # [B, T]
+    loss_mask = torch.zeros(rows, window, dtype=torch.bool)  # [B, T]
+    hidden = {layer: torch.zeros(rows, window, hidden_size) for layer in layers}  # layer -> [B, T, H]
+    for row, (shard, (start, end)) in enumerate(zip(shards, spans, strict=True)):
+        n = end - start
+        input_ids[row, :n] = shard["input_ids"][start:end]
+        loss_mask[row, :n] = shard["loss_mask"][start:end]
+        loss_mask[row, n - 1] = False  # the window's last position has no next token inside it
+        for layer in layers:
+            hidden[layer][row, :n] = shard[f"hidden.{layer}"][start:end].float()
+    return TrainBatch(input_ids.to(device), loss_mask.to(device),
+                      {layer: h.to(device, dtype) for layer, h in hidden.items()})

@@ -1,0 +1,151 @@
+"""The training loop every trained drafter shares: batches of cached self-distillation data, AdamW with
+warm-up and cosine decay, resumable checkpoints, validation loss, and acceptance measured the only way
+that counts: by running the drafter through the engine on held-out instructions.
+
+A `Mechanism` (mechanisms.py) supplies what differs: a fresh head, its loss, a drafter around it, and
+how it is saved. Knows nothing about any mechanism's layers.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+import torch
+
+from backend.drafters.trained import TargetParts
+from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.metrics import acceptance_stats
+from backend.models import LoadedModel
+from backend.prompts import encode_conversation
+from backend.training.corpus import Instruction
+from backend.training.dataset import DistilledData, batches
+
+CHECKPOINT = "checkpoint.pt"
+VALIDATION_BATCHES = 8
+
+
+@dataclass
+class TrainSettings:
+    tokens: int = 200_000  # training tokens to see (window positions, summed over steps)
+    window: int = 256
+    rows: int = 8
+    learning_rate: float = 1e-3
+    warmup_steps: int = 20
+    validate_every: int = 100
+    checkpoint_every: int = 50
+    validation_prompts: int = 8
+    validation_draft_len: int = 4
+    validation_new_tokens: int = 64
+    seed: int = 0
+
+    @property
+    def steps(self) -> int:
+        return max(1, self.tokens // (self.window * self.rows))
+
+
+@dataclass
+class Mechanism:
+    """What one kind of trained drafter brings to the loop."""
+
+    kind: str
+    layers: Callable[[LoadedModel, dict], tuple[int, ...]]  # target hidden states it trains on
+    new_head: Callable[[LoadedModel, dict, torch.Tensor | None], torch.nn.Module]  # (target, settings, counts)
+    loss: Callable[[torch.nn.Module, TargetParts, object], tuple[torch.Tensor, dict]]
+    drafter: Callable[[LoadedModel, torch.nn.Module], object]  # a Drafter around the (trained) head
+    save: Callable[[torch.nn.Module, LoadedModel, Path], None]
+
+
+@dataclass
+class TrainReport:
+    steps: int
+    seconds: float
+    train_loss: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
+    validation: list[dict] = field(default_factory=list)  # {step, tokens, loss, al}
+
+
+def train(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, train_data: DistilledData,
+          validation_data: DistilledData, validation: list[Instruction], settings: TrainSettings, out: Path,
+          progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None) -> TrainReport:
+    """Train `head` for settings.steps steps (resuming from out/checkpoint.pt if present), validate as it
+    goes, save the final drafter into `out` with mechanism.save, and return the curves."""
+    parts = TargetParts.of(target)
+    for parameter in target.model.parameters():
+        parameter.requires_grad_(False)
+    trainable = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
+    report = TrainReport(0, 0.0)
+    start_step = _resume(out / CHECKPOINT, head, optimizer, schedule, report)
+    data = batches(train_data, settings.window, settings.rows, target.device, target.dtype, settings.seed + start_step)
+    started = time.perf_counter() - report.seconds
+    head.train()
+    for step in range(start_step, settings.steps):
+        loss, metrics = mechanism.loss(head, parts, next(data))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        schedule.step()
+        report.train_loss.append((step + 1, float(loss.detach())))
+        done = step + 1
+        if done % settings.validate_every == 0 or done == settings.steps:
+            report.validation.append(validate(mechanism, target, head, parts, validation_data, validation, settings,
+                                              done))
+            metrics = {**metrics, **report.validation[-1]}
+        report.steps, report.seconds = done, time.perf_counter() - started
+        if done % settings.checkpoint_every == 0 or done == settings.steps:
+            _checkpoint(out / CHECKPOINT, head, optimizer, schedule, report)
+        progress(done, settings.steps, {"loss": float(loss.detach()), **metrics})
+    mechanism.save(head, target, out)
+    return report
+
+
+@torch.no_grad()
+def validate(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, parts: TargetParts,
+             data: DistilledData, validation: list[Instruction], settings: TrainSettings, step: int) -> dict:
+    """Validation loss on cached held-out sequences, and AL of the drafter run through the engine on
+    held-out instructions (greedy, D = settings.validation_draft_len)."""
+    head.eval()
+    held_out = batches(data, settings.window, settings.rows, target.device, target.dtype, epochs=1)
+    losses = [float(mechanism.loss(head, parts, batch)[0]) for batch in islice(held_out, VALIDATION_BATCHES)]
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
+    drafter = mechanism.drafter(target, head)
+    run = GenerationSettings(settings.validation_new_tokens, draft_len=settings.validation_draft_len)
+    steps = []
+    for instruction in validation[: settings.validation_prompts]:
+        prompt = encode_conversation(target.tokenizer, [instruction.text], [])
+        steps += engine.generate(prompt, drafter, run).run().steps
+    head.train()
+    return {"step": step, "tokens": step * settings.window * settings.rows,
+            "validation_loss": sum(losses) / max(1, len(losses)), "al": acceptance_stats(steps).al}
+
+
+def _lr_factor(step: int, settings: TrainSettings) -> float:
+    if step < settings.warmup_steps:
+        return (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, settings.steps - settings.warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _checkpoint(path: Path, head: torch.nn.Module, optimizer, schedule, report: TrainReport) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                "report": report.__dict__}, temporary)
+    temporary.replace(path)  # a kill mid-save never leaves a half-written checkpoint
+
+
+def _resume(path: Path, head: torch.nn.Module, optimizer, schedule, report: TrainReport) -> int:
+    if not path.is_file():
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    head.load_state_dict(state["head"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    report.__dict__.update(state["report"])
+    return report.steps

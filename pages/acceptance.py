@@ -1,0 +1,85 @@
+"""Acceptance: how far each drafter's drafts get, from every stored drafting step (Live, Compare and
+sweep runs alike): AL vs D with bootstrap CIs, acceptance histograms per drafter and category, and
+per-position acceptance as survival and as conditional probability, side by side."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from backend.client import WorkerError
+from ui import charts, connection, forms
+
+worker = connection.client()
+st.title("Acceptance")
+st.caption("AL = 1 + accepted drafts / drafting steps (vLLM's definition; steps that drafted nothing are left "
+           "out). CIs are 95% percentile bootstraps over runs.")
+
+top = st.columns([2, 1, 1])
+target, _ = forms.analysis_target("acc", worker, top[0])
+SPLITS = {"any length": None, "short (< 512 tokens)": "short", "medium": "medium", "long (2k+ tokens)": "long"}
+split = top[2].selectbox("Prompt length", list(SPLITS), key="acc_split",
+                         help="Input-length split of the prompt (recorded for sweep runs)")
+try:
+    groups = worker.acceptance(target=target, split=SPLITS[split])
+    pooled, per_category = groups["pooled"], groups["by_category"]
+except WorkerError as error:
+    st.error(str(error))
+    st.stop()
+if not pooled:
+    st.info("No drafting steps stored for this target yet: run something on the Live or Compare page, or a "
+            "sweep (`python -m backend bench sweep`).")
+    st.stop()
+
+drafters = sorted({g["drafter"] for g in pooled})
+chosen = top[1].multiselect("Drafters", drafters, default=drafters, key="acc_drafters")
+pooled = [g for g in pooled if g["drafter"] in chosen]
+per_category = [g for g in per_category if g["drafter"] in chosen]
+if not pooled:
+    st.info("Pick at least one drafter.")
+    st.stop()
+
+
+def table(groups: list[dict], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(groups)[columns]
+
+
+st.subheader("AL vs D")
+fixed = [g for g in pooled if str(g["draft_len"]).isdigit()]
+dynamic = [g for g in pooled if not str(g["draft_len"]).isdigit()]
+al_columns = ["drafter", "draft_len", "runs", "drafting_steps", "al", "al_ci_low", "al_ci_high"]
+if fixed:
+    charts.chart_with_table(charts.al_vs_d_figure(fixed), table(fixed, al_columns), "al_vs_d")
+if dynamic:
+    st.caption("Dynamic draft lengths (one AL each, no D axis):")
+    st.dataframe(table(dynamic, al_columns), hide_index=True, key="acc_dynamic")
+
+st.subheader("Acceptance histograms")
+lengths = list(dict.fromkeys(str(g["draft_len"]) for g in sorted(pooled, key=lambda g: str(g["draft_len"]))))
+categories = ["(all pooled)"] + sorted({g["category"] for g in per_category})
+pick = st.columns(2)
+draft_len = pick[0].selectbox("D", lengths, index=len(lengths) - 1, key="acc_hist_d")
+category = pick[1].selectbox("Category", categories, key="acc_hist_category")
+source = pooled if category == categories[0] else [g for g in per_category if g["category"] == category]
+shown = [g for g in source if str(g["draft_len"]) == draft_len]
+histogram_rows = [{"drafter": g["drafter"], "draft_len": g["draft_len"], "category": g["category"],
+                   "accepted": j, "steps": n} for g in per_category + pooled for j, n in enumerate(g["histogram"])]
+charts.chart_with_table(charts.histogram_figure({g["drafter"]: g["histogram"] for g in shown}),
+                        pd.DataFrame(histogram_rows), "histograms")
+
+st.subheader("Per-position acceptance")
+st.caption("The two curves engines both call 'per-position acceptance'. **Survival** (left): the share of "
+           "drafting steps whose first k drafts were all accepted; vLLM's 'per-position acceptance rate' is "
+           "this one. **Conditional** (right): of the steps that reached draft k with drafts 1..k-1 accepted, "
+           "the share that accepted draft k; the DSpark paper and SPEED-Bench report this one.")
+position_rows = [{"drafter": g["drafter"], "draft_len": g["draft_len"], "category": g["category"], "position": k,
+                  "survival": s, "conditional": c}
+                 for g in shown for k, (s, c) in enumerate(zip(g["survival"], g["conditional"], strict=True), 1)]
+sides = st.columns(2)
+with sides[0]:
+    charts.chart_with_table(charts.position_figure(shown, "survival", "Survival: P(drafts 1..k all accepted)"),
+                            pd.DataFrame(position_rows), "survival")
+with sides[1]:
+    charts.chart_with_table(
+        charts.position_figure(shown, "conditional", "Conditional: P(draft k accepted | 1..k-1 accepted)"),
+        pd.DataFrame(position_rows), "conditional")

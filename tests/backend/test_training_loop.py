@@ -1,0 +1,117 @@
+"""The shared training loop on a tiny target: every kind trains (loss falls), validates through the
+engine, checkpoints and resumes, and saves a folder its drafter loads losslessly; the model card says
+what was measured; the `train` command runs end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.training.card import write_card
+from backend.training.dataset import distil
+from backend.training.loop import CHECKPOINT, TrainSettings, train
+from backend.training.mechanisms import MECHANISMS
+from tests.tiny import save_tiny, tiny_instructions
+from tests.workers import ROOT
+
+DRAFTERS = {"eagle3": "Eagle3Drafter", "mtp": "MtpDrafter", "dflash": "DFlashDrafter", "dspark": "DSparkDrafter"}
+
+
+@pytest.fixture(scope="module")
+def data(tiny, tmp_path_factory):
+    root = tmp_path_factory.mktemp("distil")
+    instructions = tiny_instructions(64)
+    layers = tuple(sorted({layer for m in MECHANISMS.values() for layer in m.layers(tiny, {})}))
+    train_data = distil(tiny, instructions, layers, "train", 24, cache_root=root)
+    validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
+    validation = [i for i in instructions if i.split == "validation"] or instructions[:2]
+    return train_data, validation_data, validation
+
+
+def small_settings(steps: int) -> TrainSettings:
+    return TrainSettings(tokens=steps * 4 * 32, window=32, rows=4, learning_rate=3e-3, warmup_steps=2,
+                         validate_every=steps, checkpoint_every=10, validation_prompts=2, validation_new_tokens=16)
+
+
+@pytest.mark.parametrize("kind", sorted(MECHANISMS))
+def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_path, kind):
+    torch.manual_seed(0)
+    mechanism = MECHANISMS[kind]
+    train_data, validation_data, validation = data
+    head = mechanism.new_head(tiny, {"draft_vocab_size": 48} if kind != "mtp" else {}, None)
+    report = train(mechanism, tiny, head, train_data, validation_data, validation, small_settings(30), tmp_path)
+    assert report.steps == 30 and report.validation and report.validation[-1]["al"] >= 1.0
+    first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
+    assert last < first, (first, last)
+    module = __import__(f"backend.drafters.{kind}", fromlist=[DRAFTERS[kind]])
+    drafter = getattr(module, DRAFTERS[kind]).load(tmp_path, tiny)
+    engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, 512)
+    prompt = [5, 9, 13, 22, 5, 9, 13, 40]
+    plain = engine.generate(prompt, None, GenerationSettings(24, draft_len=0)).run().output_ids
+    assert engine.generate(prompt, drafter, GenerationSettings(24, draft_len=4)).run().output_ids == plain
+
+
+def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
+    mechanism = MECHANISMS["eagle3"]
+    train_data, validation_data, validation = data
+    settings = small_settings(20)
+    first = train(mechanism, tiny, mechanism.new_head(tiny, {}, None), train_data, validation_data, validation,
+                  settings, tmp_path)
+    assert (tmp_path / CHECKPOINT).is_file()
+    longer = TrainSettings(**{**settings.__dict__, "tokens": settings.tokens * 2})
+    resumed = train(mechanism, tiny, mechanism.new_head(tiny, {}, None), train_data, validation_data, validation,
+                    longer, tmp_path)
+    assert resumed.steps == 40 and resumed.train_loss[:20] == first.train_loss  # the first 20 were not redone
+    card = write_card(tmp_path, "eagle3", tiny, resumed, longer, {}, {
+        "corpus": "test", "train_sequence_tokens": 1, "validation_sequence_tokens": 1, "distil_seconds": 0,
+        "device": "cpu", "dtype": "float32", "hardware": "test", "command": "train"})
+    text = card.read_text()
+    assert "Validation curve" in text and "python -m backend train --kind eagle3" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
+    (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
+])
+def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
+    folder = save_tiny(tiny, tmp_path / "tiny")
+    done = subprocess.run([sys.executable, "-m", "backend", "train", "--target", str(folder), "--out",
+                           str(tmp_path / "out"), *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_train_command_end_to_end(tiny, tmp_path):
+    folder = save_tiny(tiny, tmp_path / "tiny")
+    done = subprocess.run([sys.executable, "-m", "backend", "train", "--kind", "eagle3", "--target", str(folder),
+                           "--out", str(tmp_path / "out"), "--tokens", "4096", "--data-tokens", "3000",
+                           "--answer-tokens", "16", "--window", "32", "--rows", "4", "--validate-every", "16"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert "trained eagle3: 32 steps" in done.stdout
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["kind"] == "eagle3" and (tmp_path / "out" / "README.md").is_file()
+
+
+def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_path):
+    from backend.drafters import DrafterOptions, build_drafter, trained_folders
+    from backend.errors import SpecScopeError
+    from tests.tiny import tiny_llama
+
+    mechanism = MECHANISMS["eagle3"]
+    train_data, validation_data, validation = data
+    folder = tmp_path / "eagle3-tiny"
+    train(mechanism, tiny, mechanism.new_head(tiny, {}, None), train_data, validation_data, validation,
+          small_settings(2), folder)
+    assert trained_folders(tiny, tmp_path) == {"eagle3": folder}
+    assert trained_folders(tiny_llama(seed=1), tmp_path) == {}  # another target's fingerprint
+    assert build_drafter("eagle3", tiny, DrafterOptions(drafter_path=str(folder))).name == "eagle3"
+    with pytest.raises(SpecScopeError, match="no trained dflash drafter for 'tiny-0'"):
+        build_drafter("dflash", tiny)
