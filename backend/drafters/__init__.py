@@ -2,12 +2,14 @@
 
 `none` means no drafter: plain decoding, the baseline. Everything else implements the protocol in
 `base.py`. The trained kinds (eagle3, mtp, dflash, dspark) load a weights folder: the one given in
-the options, else the folder under data/drafters/ trained for this very target (its fingerprint).
+the options, else the folder under data/drafters/ ($SPECSCOPE_DRAFTERS) trained for this very target
+(its fingerprint).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +72,10 @@ def build_drafter(name: str, target: LoadedModel, options: DrafterOptions = Draf
     raise SpecScopeError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
 
 
-def trained_folders(target: LoadedModel, root: Path = SHIPPED_DIR) -> dict[str, Path]:
-    """The weights folders under `root` trained for this target (same fingerprint), by kind."""
+def trained_folders(target: LoadedModel, root: Path | None = None) -> dict[str, Path]:
+    """The weights folders under `root` (default $SPECSCOPE_DRAFTERS, else data/drafters/) trained for this
+    target (same fingerprint), by kind."""
+    root = root or Path(os.environ.get("SPECSCOPE_DRAFTERS", SHIPPED_DIR))
     found = {}
     for config in sorted(root.glob("*/config.json")):
         try:
