@@ -38,7 +38,7 @@ def suite_acceptance(target: LoadedModel, drafter, draft_lens: tuple[int, ...] =
 def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, settings: TrainSettings,
                head_settings: dict, facts: dict, suite: list[dict] | None = None) -> Path:
     lines = [
-        f"# {out.name}: a {kind} drafter for {target.spec}",
+        f"# {out.name}: {kind} drafter for the target {target.spec}",
         "",
         f"Trained by SpecScope (`python -m backend train --kind {kind}`) on the target `{target.spec}` "
         f"(fingerprint `{target.fingerprint[:16]}`). Load it with `--drafter {kind}`; it is lossless through "

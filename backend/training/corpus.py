@@ -3,10 +3,11 @@ reference topics (`pydoc_data.topics`, the text behind `help("for")`) and the st
 source. Drafters learn from the target's answers to these (self-distillation), never from the
 evaluation prompt suite, which `build_instructions` checks.
 
-Tasks mirror what the suite measures without reusing it: summarise / explain / ask questions about a
-documentation section (summarization, QA, RAG-like grounding), explain / annotate / refactor a
-standard-library function (coding, code editing). Deterministic for a given Python version; the split
-into training and validation is by a hash of the text, so it is stable as the corpus grows.
+Every piece gets every task of its kind. Tasks mirror what the suite measures without reusing it:
+summarise / explain / ask questions about a documentation section (summarization, QA, RAG-like
+grounding), explain / annotate / refactor / test a standard-library function (coding, code editing).
+Deterministic for a given Python version; the split into training and validation is by a hash of the
+text, so it is stable as the corpus grows.
 
 Knows nothing about models or tokens.
 """
@@ -93,10 +94,8 @@ def stdlib_functions() -> list[tuple[str, str]]:
 def build_instructions(seed: int = 0) -> list[Instruction]:
     """Every instruction of the corpus, shuffled with a fixed seed; none contains an evaluation prompt."""
     rng = random.Random(seed)
-    items = [(f"doc:{topic}", DOC_TASKS[i % len(DOC_TASKS)].format(text=text))
-             for i, (topic, text) in enumerate(doc_chunks())]
-    items += [(f"code:{name}", CODE_TASKS[i % len(CODE_TASKS)].format(text=text))
-              for i, (name, text) in enumerate(stdlib_functions())]
+    items = [(f"doc:{topic}", task.format(text=text)) for topic, text in doc_chunks() for task in DOC_TASKS]
+    items += [(f"code:{name}", task.format(text=text)) for name, text in stdlib_functions() for task in CODE_TASKS]
     rng.shuffle(items)
     instructions = [Instruction(f"i{number:05d}", source, text) for number, (source, text) in enumerate(items)]
     _check_held_out(instructions)

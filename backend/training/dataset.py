@@ -2,7 +2,7 @@
 forward pass over each prompt + answer records the hidden states the drafters learn from. Everything
 is cached on disk once per (target, layers, answer length) and reused by every drafter's training.
 
-Cache layout: `<cache>/<target fingerprint[:16]>-<layers>-<max_new_tokens>/` holding `manifest.json`
+Cache layout: `<cache>/<target fingerprint[:16]>-<corpus hash>-<layers>-<max_new_tokens>/` holding `manifest.json`
 (instructions done, tokens, layers) and `shard-NNNNN.safetensors`, each with `input_ids` [N] (the
 sequences concatenated), `starts` [S+1] (sequence boundaries), `loss_mask` [N] (answer positions
 whose next token is a target) and `hidden.<layer>` [N, H] in fp16. Generation resumes where it
@@ -13,6 +13,7 @@ Knows nothing about any drafter mechanism; `layers` is the union of what the mec
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -59,8 +60,9 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
     """Generate (or resume) the target's answers to the `split` instructions and cache their hidden states,
     until every instruction is done or `token_budget` sequence tokens are cached for this split."""
     layers = tuple(sorted(set(layers)))
+    corpus = hashlib.sha256("\n".join(f"{i.instruction_id}\t{i.text}" for i in instructions).encode()).hexdigest()
     folder = (cache_root or default_cache_root()) / (
-        f"{target.fingerprint[:16]}-{'_'.join(map(str, layers))}-{max_new_tokens}")
+        f"{target.fingerprint[:16]}-{corpus[:8]}-{'_'.join(map(str, layers))}-{max_new_tokens}")
     folder.mkdir(parents=True, exist_ok=True)
     manifest = _manifest(folder)
     done = set(manifest["done"].get(split, []))
