@@ -35,8 +35,8 @@ def format_speed_table(report: dict) -> str:
         lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
     return "\n".join(lines)
 
-def bench_speed(args: argparse.Namespace) -> int:
-    from backend.bench import speed_benchmark
+def _checked_questions(args: argparse.Namespace) -> list:
+    """The benchmark's drafters and draft lengths checked, and its prompts (a clear error if there are none)."""
     from backend.drafters import DRAFTER_NAMES
     from backend.policy import make_policy
     from backend.prompts import load_suite
@@ -49,6 +49,13 @@ def bench_speed(args: argparse.Namespace) -> int:
     questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
     if not questions:
         raise SpecScopeError(f"{args.suite} has no prompts to run")
+    return questions
+
+
+def bench_speed(args: argparse.Namespace) -> int:
+    from backend.bench import speed_benchmark
+
+    questions = _checked_questions(args)
     target = _load_target(args)
     from tqdm import tqdm
 
@@ -95,18 +102,24 @@ def format_sweep_table(report: dict) -> str:
                      f"{p['interactivity_tps'] or 0:>12.1f}{p['al']:>7.2f}{ci:>15}{str(p['lossless']):>10} {mark}")
     return "\n".join(lines)
 
-def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) -> dict:
+def _open_store(path: str | None):
+    """The run store file for a command that found no worker; a clear error if a worker holds it."""
     import duckdb
 
-    from backend.drafters import DrafterOptions
     from backend.store import RunStore
-    from backend.sweep import run_sweep
 
     try:
-        store = RunStore(args.db)
+        return RunStore(path)
     except duckdb.IOException as error:
         raise SpecScopeError(f"the run store is open in another process (a worker?): {error}. Point "
                              "SPECSCOPE_WORKER_URL at that worker, or use --db for another file") from error
+
+
+def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) -> dict:
+    from backend.drafters import DrafterOptions
+    from backend.sweep import run_sweep
+
+    store = _open_store(args.db)
     target = _load_target(args)
     try:
         return run_sweep(target, questions, args.drafters, args.draft_lens, args.batch_sizes, args.max_new_tokens,
@@ -118,18 +131,8 @@ def bench_sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from backend.client import WorkerClient, WorkerError
-    from backend.drafters import DRAFTER_NAMES
-    from backend.policy import make_policy
-    from backend.prompts import load_suite
 
-    for name in args.drafters:
-        if name not in DRAFTER_NAMES or name == "none":
-            raise SpecScopeError(f"unknown drafter '{name}': choose from {', '.join(DRAFTER_NAMES[1:])}")
-    for draft_len in args.draft_lens:
-        make_policy(draft_len, free_drafter=True)
-    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
-    if not questions:
-        raise SpecScopeError(f"{args.suite} has no prompts to run")
+    questions = _checked_questions(args)
     record = {"suite": str(args.suite), "drafters": args.drafters, "draft_lens": args.draft_lens,
               "batch_sizes": args.batch_sizes, "categories": args.categories, "prompts": len(questions)}
     worker = None if args.local else WorkerClient()
@@ -187,14 +190,7 @@ def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     try:
         points = WorkerClient().sweep_points(target=args.target)
     except WorkerError:
-        import duckdb
-
-        from backend.store import RunStore
-
-        try:
-            store = RunStore(args.db)
-        except duckdb.IOException as error:
-            raise SpecScopeError(f"the run store is open in another process: {error}") from error
+        store = _open_store(args.db)
         points = store.sweep_points(target=args.target).to_dict(orient="records")
         store.close()
     return config_facts(args.target), points

@@ -156,6 +156,12 @@ FINAL_FIELDS = {"status", "finished_at", "new_tokens", "al", "acceptance_rate", 
                 "prefill_s", "baseline_tokens_per_s", "output_text", "finish_reason", "error", "prompt_tokens"}
 
 
+def _equal_to(*pairs: tuple[str, object]) -> tuple[list[str], list]:
+    """SQL conditions `column = ?` (and their values) for the pairs whose value is given."""
+    given = [(column, value) for column, value in pairs if value is not None]
+    return [f"{column} = ?" for column, _ in given], [value for _, value in given]
+
+
 def default_db_path() -> Path:
     return Path(os.environ.get("SPECSCOPE_DB", DEFAULT_DB))
 
@@ -257,12 +263,8 @@ class RunStore:
              category: str | None = None, status: str | None = None, kind: str | None = None,
              since: datetime | None = None, until: datetime | None = None, limit: int = 1000) -> pd.DataFrame:
         """Runs, newest first, filtered by equality on the given fields and a created_at range."""
-        conditions, values = [], []
-        for column, value in (("target", target), ("drafter", drafter), ("draft_len", draft_len),
-                              ("category", category), ("status", status), ("kind", kind)):
-            if value is not None:
-                conditions.append(f"{column} = ?")
-                values.append(value)
+        conditions, values = _equal_to(("target", target), ("drafter", drafter), ("draft_len", draft_len),
+                                       ("category", category), ("status", status), ("kind", kind))
         if since is not None:
             conditions.append("created_at >= ?")
             values.append(since)
@@ -305,12 +307,9 @@ class RunStore:
         (steps by accepted count) and `positions` (per draft position: steps that reached it with every
         earlier draft accepted, and steps that accepted it). Runs without a category count as '(none)';
         `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs)."""
-        conditions, values = ["len(st.drafted) > 0", "r.status IN ('complete', 'cancelled', 'incomplete')"], []
-        for column, value in (("r.target", target), ("r.drafter", drafter), ("r.category", category),
-                              ("r.split", split)):
-            if value is not None:
-                conditions.append(f"{column} = ?")
-                values.append(value)
+        conditions, values = _equal_to(("r.target", target), ("r.drafter", drafter), ("r.category", category),
+                                       ("r.split", split))
+        conditions += ["len(st.drafted) > 0", "r.status IN ('complete', 'cancelled', 'incomplete')"]
         drafting = f"""
             SELECT r.drafter, r.draft_len, coalesce(r.category, '(none)') AS category,
                    r.run_id,
@@ -359,14 +358,9 @@ class RunStore:
             return self._db.execute("SELECT * FROM sweeps ORDER BY created_at DESC").df()
 
     def sweep_points(self, sweep_id: str | None = None, target: str | None = None) -> pd.DataFrame:
-        """Points of one sweep, or of every complete sweep of a target (newest first)."""
-        conditions, values = [], []
-        if sweep_id is not None:
-            conditions.append("p.sweep_id = ?")
-            values.append(sweep_id)
-        if target is not None:
-            conditions.append("s.target = ?")
-            values.append(target)
+        """Points of one sweep, or of every sweep of a target (newest first; a cancelled sweep keeps the
+        points of the configurations it finished)."""
+        conditions, values = _equal_to(("p.sweep_id", sweep_id), ("s.target", target))
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         with self._lock:
             return self._db.execute(

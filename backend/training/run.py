@@ -82,11 +82,12 @@ def train_command(args: argparse.Namespace, load_target) -> int:
 
 def _token_counts(data, vocab_size: int) -> torch.Tensor:
     """How often each token occurs in the training answers (for reduced draft vocabularies)."""
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     for shard in data.shards():
-        tensors = load_file(str(shard))
-        answers = tensors["input_ids"][torch.roll(tensors["loss_mask"], 1)]  # tokens predicted at masked positions
+        with safe_open(str(shard), framework="pt") as tensors:  # reads the ids and masks, not the hidden states
+            ids, mask = tensors.get_tensor("input_ids"), tensors.get_tensor("loss_mask")
+        answers = ids[torch.roll(mask, 1)]  # tokens predicted at masked positions
         counts += torch.bincount(answers, minlength=vocab_size)[:vocab_size]
     return counts
