@@ -5,6 +5,7 @@ what was measured; the `train` command runs end to end."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -47,6 +48,7 @@ def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_
     head = mechanism.new_head(tiny, {"draft_vocab_size": 48} if kind != "mtp" else {}, None)
     report = train(mechanism, tiny, head, train_data, validation_data, validation, small_settings(30), tmp_path)
     assert report.steps == 30 and report.validation and report.validation[-1]["al"] >= 1.0
+    assert math.isfinite(report.validation[-1]["validation_loss"])
     first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
     assert last < first, (first, last)
     module = __import__(f"backend.drafters.{kind}", fromlist=[DRAFTERS[kind]])
