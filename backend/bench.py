@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from backend.analysis import bootstrap_al_ci
 from backend.drafters import DrafterOptions, build_drafter
 from backend.engine import GenerationSettings
 from backend.metrics import acceptance_stats, geomean, speedup
@@ -155,12 +156,16 @@ def _hf_reference(draft_len: int | str, hf_lens: list[int]) -> Callable[[dict[st
 
 def _figures(per_prompt: list[dict[str, Measurement]], label: str, indices: list[int],
              versus: Callable[[dict[str, Measurement]], float] | None) -> dict:
-    """AL, speed and geomean speedups of one configuration over some prompts; `equal` counts
-    outputs identical to plain decoding."""
+    """AL (with a 95% bootstrap CI over the prompts), speed and geomean speedups of one configuration over
+    some prompts; `equal` counts outputs identical to plain decoding."""
     runs = [per_prompt[i][label] for i in indices]
     steps = [s for run in runs for s in run.steps]
+    drafting = [[s for s in run.steps if s.drafted] for run in runs]
+    _, low, high = bootstrap_al_ci([(sum(s.accepted for s in d), len(d)) for d in drafting])
     return {
         "al": acceptance_stats(steps).al if steps else None,
+        "al_ci_low": low if steps else None,
+        "al_ci_high": high if steps else None,
         "tokens_per_s": sum(r.new_tokens for r in runs) / sum(r.seconds for r in runs),
         "speedup_vs_plain": geomean([speedup(per_prompt[i][label].tokens_per_s, per_prompt[i]["plain"].tokens_per_s)
                                      for i in indices]),

@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     codesign.add_argument("--json", action="store_true")
     codesign.set_defaults(handler=lambda args: _bench("codesign", args))
 
-    trainer = commands.add_parser("train", help="train a drafter (eagle3, mtp, dflash, dspark) for a target",
+    trainer = commands.add_parser("train", help="train a drafter (eagle3, mtp, dflash, dspark, draft-model) for a "
+                                                         "target",
                                   description="Self-distillation: the target answers instructions built from "
                                               "Python's own documentation and source; its hidden states are "
                                               "cached once and reused by every drafter. Resumes from the output "
@@ -125,7 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
     trainer.add_argument("--target", default="default")
     trainer.add_argument("--out", required=True, help="output folder (weights, checkpoint, model card)")
     trainer.add_argument("--tokens", type=int, default=200_000, help="training window tokens to see")
+    trainer.add_argument("--minutes", type=float, help="stop training after this long (or at --tokens, if sooner; "
+                                                       "validation time is not counted); the learning-rate "
+                                                       "schedule follows the time")
     trainer.add_argument("--data-tokens", type=int, default=60_000, help="sequence tokens to distil and cache")
+    trainer.add_argument("--distil-minutes", type=float, help="stop distilling each split after this long (the cache "
+                                                                    "resumes; 0: train on what is cached)")
+    trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
+    trainer.add_argument("--distil-only", action="store_true",
+                         help="fill the shared distillation cache and stop (several kinds can then train at once)")
+    trainer.add_argument("--validation-prompts", type=int, default=8,
+                         help="held-out instructions the drafter is run on at each validation")
     trainer.add_argument("--answer-tokens", type=int, default=160, help="max new tokens per target answer")
     trainer.add_argument("--window", type=int, default=256)
     trainer.add_argument("--rows", type=int, default=8)
@@ -173,9 +184,10 @@ def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -
 
     if with_name:
         parser.add_argument("--drafter", default="suffix", help=f"one of {', '.join(DRAFTER_NAMES)} (default suffix)")
-    parser.add_argument("--draft-model", help="draft-model drafter: the draft's model spec")
-    parser.add_argument("--drafter-path", help="eagle3/mtp/dflash/dspark: the trained weights folder (default: the "
-                                               "one under data/drafters/ trained for the target)")
+    parser.add_argument("--draft-model", help="draft-model drafter: the draft's model spec (default: the student "
+                                              "distilled for the target under data/drafters/)")
+    parser.add_argument("--drafter-path", help="eagle3/mtp/dflash/dspark/draft-model: the trained weights folder "
+                                               "(default: the one under data/drafters/ trained for the target)")
     parser.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram to match")
     parser.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram to match")
     parser.add_argument("--suffix-max-depth", type=int, default=24, help="suffix: tree depth")

@@ -33,7 +33,20 @@ def format_speed_table(report: dict) -> str:
         cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"]
                  if r["drafter"] == name and str(r["draft_len"]) == draft_len}
         lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
+    lines += ["", "AL by category (95% bootstrap CI over prompts):"]
+    lines.append(f"{'config':<18}" + "".join(f"{c[:17]:>18}" for c in categories))
+    for label in report["summary"]:
+        name, draft_len = label.rsplit("@", 1)
+        cells = {r["category"]: _al_with_ci(r) for r in report["results"]
+                 if r["drafter"] == name and str(r["draft_len"]) == draft_len}
+        lines.append(f"{label:<18}" + "".join(f"{cells[c]:>18}" for c in categories))
     return "\n".join(lines)
+
+
+def _al_with_ci(row: dict) -> str:
+    if row["al"] is None:
+        return "-"
+    return f"{row['al']:.2f} ({row['al_ci_low']:.2f}-{row['al_ci_high']:.2f})"
 
 def _checked_questions(args: argparse.Namespace) -> list:
     """The benchmark's drafters and draft lengths checked, and its prompts (a clear error if there are none)."""

@@ -66,9 +66,15 @@ class ModelCache:
         with self._lock:
             if key in self._drafters:
                 return self._drafters[key][0]
-        drafter = build_drafter(name, target, options, load=lambda spec, **_: self.get(spec))
+        loaded = {target_spec}  # every model the drafter holds: evicting any of them drops the drafter
+
+        def load(spec: str, **_) -> LoadedModel:
+            loaded.add(spec)
+            return self.get(spec)
+
+        drafter = build_drafter(name, target, options, load=load)
         with self._lock:
-            self._drafters.setdefault(key, (drafter, {target_spec, options.draft_model}))
+            self._drafters.setdefault(key, (drafter, loaded))
             return self._drafters[key][0]
 
     def loaded(self) -> list[str]:

@@ -74,8 +74,9 @@ def drafter_input(prefix: str, models: dict, default: str = "suffix", default_le
             path = st.text_input("weights folder (empty: the shipped one)", "", key=f"{prefix}_drafter_path")
             fields["drafter_path"] = path.strip() or None
         elif drafter == "draft-model":
-            fields["draft_model"] = st.text_input("draft model (HF id, folder or .gguf)", "default",
-                                                  key=f"{prefix}_draft_model")
+            spec = st.text_input("draft model (HF id, folder or .gguf; empty: the student distilled for this "
+                                 "target)", "", key=f"{prefix}_draft_model")
+            fields["draft_model"] = spec.strip() or None
         else:
             st.caption("No options.")
     return fields

@@ -3,7 +3,8 @@
 `none` means no drafter: plain decoding, the baseline. Everything else implements the protocol in
 `base.py`. The trained kinds (eagle3, mtp, dflash, dspark) load a weights folder: the one given in
 the options, else the folder under data/drafters/ ($SPECSCOPE_DRAFTERS) trained for this very target
-(its fingerprint).
+(its fingerprint). The draft-model drafter loads the draft model given in the options, else the student
+distilled for this target found there (a Hugging Face folder whose config.json names its target).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from backend.errors import SpecScopeError
 from backend.models import LoadedModel, load_model
 
 TRAINED = {"eagle3": Eagle3Drafter, "mtp": MtpDrafter, "dflash": DFlashDrafter, "dspark": DSparkDrafter}
+DISTILLED_DRAFT = "draft-model"  # the kind of a distilled student, a whole HF model folder
+STUDENT_MARKER = "specscope_drafter"  # the key in a student's config.json naming its kind and target
 DRAFTER_NAMES = ("none", "ngram", "suffix", "draft-model", "layerskip", *TRAINED)
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "drafters"
 
@@ -56,11 +59,14 @@ def build_drafter(name: str, target: LoadedModel, options: DrafterOptions = Draf
                              min_token_prob=options.suffix_min_token_prob)
     if name == "layerskip":
         return LayerSkipDrafter(target, options.layerskip_exit_layer)
-    if name == "draft-model":
-        if not options.draft_model:
-            raise SpecScopeError("the draft-model drafter needs a draft model: pass --draft-model SPEC "
-                                 "(a Hugging Face id, a folder or a .gguf file sharing the target's tokenizer)")
-        draft = load(options.draft_model, device=str(target.device), dtype=_dtype_name(target))
+    if name == DISTILLED_DRAFT:
+        spec = options.draft_model or options.drafter_path or trained_folders(target).get(DISTILLED_DRAFT)
+        if not spec:
+            raise SpecScopeError("the draft-model drafter needs a draft model: pass --draft-model SPEC (a Hugging "
+                                 "Face id, a folder or a .gguf file sharing the target's tokenizer), or distil one "
+                                 f"with `python -m backend train --kind draft-model --target {target.spec} --out "
+                                 "data/drafters/draft-model-NAME`")
+        draft = load(str(spec), device=str(target.device), dtype=_dtype_name(target))
         return DraftModelDrafter(target, draft)
     if name in TRAINED:
         folder = options.drafter_path or trained_folders(target).get(name)
@@ -74,7 +80,7 @@ def build_drafter(name: str, target: LoadedModel, options: DrafterOptions = Draf
 
 def trained_folders(target: LoadedModel, root: Path | None = None) -> dict[str, Path]:
     """The weights folders under `root` (default $SPECSCOPE_DRAFTERS, else data/drafters/) trained for this
-    target (same fingerprint), by kind."""
+    target (same fingerprint), by kind; a distilled student's record sits under STUDENT_MARKER."""
     root = root or Path(os.environ.get("SPECSCOPE_DRAFTERS", SHIPPED_DIR))
     found = {}
     for config in sorted(root.glob("*/config.json")):
@@ -82,8 +88,11 @@ def trained_folders(target: LoadedModel, root: Path | None = None) -> dict[str, 
             record = json.loads(config.read_text())
         except ValueError:
             continue
-        if record.get("kind") in TRAINED and record.get("target", {}).get("fingerprint") == target.fingerprint:
-            found.setdefault(record["kind"], config.parent)
+        record = record.get(STUDENT_MARKER, record)
+        kind = record.get("kind")
+        if (kind in TRAINED or kind == DISTILLED_DRAFT) and record.get("target", {}).get("fingerprint") == \
+                target.fingerprint:
+            found.setdefault(kind, config.parent)
     return found
 
 

@@ -70,11 +70,14 @@ def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, s
                   "| category | D | AL | CI |", "|---|---:|---:|---|",
                   *[f"| {r['category']} | {r['draft_len']} | {r['al']:.2f} | "
                     f"{r['al_ci_low']:.2f}-{r['al_ci_high']:.2f} |" for r in suite]]
+    more = f"--minutes {settings.minutes * 10:g}" if settings.minutes else f"--tokens {settings.tokens * 20}"
     lines += ["", "## Training further",
-              "On a CUDA machine (bf16 is used there automatically), resume from this folder's checkpoint with more "
-              "tokens:", "",
-              f"    python -m backend train --kind {kind} --target {target.spec} --out {out} "
-              f"--tokens {settings.tokens * 20} --data-tokens 2000000 --device cuda", ""]
+              "On a CUDA machine, resume from this folder's checkpoint (kept next to the weights where it was "
+              "trained) for longer, or start afresh in another folder; `scripts/train_drafters.sh` trains all five "
+              "kinds at once:",
+              "", f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{out.name} "
+              f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32",
+              ""]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     return path

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from backend.batch import BatchEngine
 from backend.drafters.trained import TrainBatch
-from backend.engine import GenerationSettings, SpeculativeEngine
 from backend.models import LoadedModel
 from backend.prompts import encode_conversation
 from backend.training.corpus import Instruction
@@ -56,9 +55,12 @@ class DistilledData:
 def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[int, ...], split: str,
            max_new_tokens: int = 192, batch_size: int = 8, token_budget: int | None = None,
            cache_root: Path | None = None, progress: Callable[[int, int], None] = lambda done, total: None,
-           ) -> DistilledData:
+           minutes: float | None = None) -> DistilledData:
     """Generate (or resume) the target's answers to the `split` instructions and cache their hidden states,
-    until every instruction is done or `token_budget` sequence tokens are cached for this split."""
+    until every instruction is done, `token_budget` sequence tokens are cached for this split, or `minutes`
+    have passed (checked between shards; 0: only what is cached). A shard holds max(SHARD_SEQUENCES, batch_size)
+    sequences."""
+    deadline = time.monotonic() + 60 * minutes if minutes is not None else float("inf")
     layers = tuple(sorted(set(layers)))
     corpus = hashlib.sha256("\n".join(f"{i.instruction_id}\t{i.text}" for i in instructions).encode()).hexdigest()
     folder = (cache_root or default_cache_root()) / (
@@ -67,25 +69,27 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
     manifest = _manifest(folder)
     done = set(manifest["done"].get(split, []))
     todo = [i for i in instructions if i.split == split and i.instruction_id not in done]
-    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
-    batcher = BatchEngine(engine)
+    random.Random(corpus).shuffle(todo)  # a budget short of the whole corpus still samples all of it
     tokens = manifest["tokens"].get(split, 0)
     budget = token_budget or float("inf")
     shard = len(list(folder.glob(f"{split}-shard-*.safetensors")))
-    for start in range(0, len(todo), SHARD_SEQUENCES):
-        if tokens >= budget:
+    per_shard = max(SHARD_SEQUENCES, batch_size)
+    for start in range(0, len(todo), per_shard):
+        if tokens >= budget or time.monotonic() >= deadline:
             break
-        group = todo[start: start + SHARD_SEQUENCES]
+        group = todo[start: start + per_shard]
         prompts = [encode_conversation(target.tokenizer, [i.text], [])[-MAX_PROMPT_TOKENS:] for i in group]
-        sequences, masks = [], []
+        answers: list[list[int]] = [[] for _ in prompts]
+        by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # batches of similar length pad less
         for offset in range(0, len(prompts), batch_size):
-            batch = prompts[offset: offset + batch_size]
-            result = batcher.generate(batch, None, GenerationSettings(max_new_tokens, draft_len=0))
-            for prompt, row in zip(batch, result.rows, strict=True):
-                sequences.append(prompt + row.output_ids)
-                # position t predicts token t+1: answer tokens are predicted from len(prompt)-1 on
-                masks.append([False] * (len(prompt) - 1) + [True] * len(row.output_ids) + [False])
-        _write_shard(folder / f"{split}-shard-{shard:05d}.safetensors", target, sequences, masks, layers)
+            rows = by_length[offset: offset + batch_size]
+            for row, answer in zip(rows, greedy_answers(target, [prompts[i] for i in rows], max_new_tokens),
+                                   strict=True):
+                answers[row] = answer
+        sequences = [prompt + answer for prompt, answer in zip(prompts, answers, strict=True)]
+        # position t predicts token t+1: answer tokens are predicted from len(prompt)-1 on
+        masks = [[False] * (len(p) - 1) + [True] * len(a) + [False] for p, a in zip(prompts, answers, strict=True)]
+        _write_shard(folder / f"{split}-shard-{shard:05d}.safetensors", target, sequences, masks, layers, batch_size)
         shard += 1
         tokens += sum(len(s) for s in sequences)
         manifest["done"].setdefault(split, []).extend(i.instruction_id for i in group)
@@ -97,14 +101,41 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
 
 
 @torch.inference_mode()
+def greedy_answers(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """The target's greedy answers to a batch of prompts, each up to and including its end-of-sequence token.
+    One left-padded `generate` call: a step costs one forward for the whole batch, whatever its size, which is
+    what makes distillation fast on a GPU (the speculative batch engine syncs per row)."""
+    width = max(len(p) for p in prompts)
+    pad = min(target.eos_token_ids)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)  # [B, P]
+    attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=target.device)  # [B, P]
+    out = target.model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+                                do_sample=False, temperature=None, top_p=None, top_k=None,
+                                eos_token_id=sorted(target.eos_token_ids), pad_token_id=pad)  # [B, P + N]
+    answers = []
+    for row in out[:, width:].tolist():
+        ends = [i for i, token in enumerate(row) if token in target.eos_token_ids]
+        answers.append(row[: ends[0] + 1] if ends else row)
+    return answers
+
+
+@torch.inference_mode()
 def _write_shard(path: Path, target: LoadedModel, sequences: list[list[int]], masks: list[list[bool]],
-                 layers: tuple[int, ...]) -> None:
-    hidden: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
-    for sequence in sequences:
-        ids = torch.tensor([sequence], device=target.device)  # [1, T]
-        states = target.model(input_ids=ids, output_hidden_states=True).hidden_states  # L+1 x [1, T, H]
-        for layer in layers:
-            hidden[layer].append(states[layer][0].to("cpu", torch.float16))  # [T, H]
+                 layers: tuple[int, ...], batch_size: int) -> None:
+    """One forward per batch of sequences, right-padded: with causal attention and positions 0..T-1, the
+    padding after a sequence cannot change its states, so no attention mask is needed."""
+    hidden: dict[int, list[torch.Tensor]] = {layer: [torch.empty(0)] * len(sequences) for layer in layers}
+    by_length = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    for first in range(0, len(sequences), batch_size):
+        rows = by_length[first: first + batch_size]
+        width = max(len(sequences[i]) for i in rows)
+        ids = torch.tensor([sequences[i] + [0] * (width - len(sequences[i])) for i in rows],
+                           device=target.device)  # [B, T]
+        # logits_to_keep=1: the states are wanted, not [B, T, V] logits
+        states = target.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states  # L+1 x [B,T,H]
+        for position, row in enumerate(rows):
+            for layer in layers:
+                hidden[layer][row] = states[layer][position, : len(sequences[row])].to("cpu", torch.float16)  # [T, H]
     lengths = torch.tensor([len(s) for s in sequences])
     tensors = {"input_ids": torch.tensor([t for s in sequences for t in s], dtype=torch.int64),
                "starts": torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]),

@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 
 import torch
@@ -42,10 +42,17 @@ class TrainSettings:
     validation_draft_len: int = 4
     validation_new_tokens: int = 64
     seed: int = 0
+    minutes: float | None = None  # a wall-clock budget: training stops at `tokens` or here, whichever is first
+    timed_validations: int = 5  # with a budget, validate at each 1/n of it (as well as every validate_every steps)
 
     @property
     def steps(self) -> int:
         return max(1, self.tokens // (self.window * self.rows))
+
+    def progress(self, step: int, seconds: float) -> float:
+        """How far through training (0..1): by steps, or by time when a budget is set and runs out first."""
+        by_steps = step / self.steps
+        return max(by_steps, seconds / (60 * self.minutes)) if self.minutes else by_steps
 
 
 @dataclass
@@ -71,36 +78,45 @@ class TrainReport:
 def train(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, train_data: DistilledData,
           validation_data: DistilledData, validation: list[Instruction], settings: TrainSettings, out: Path,
           progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None) -> TrainReport:
-    """Train `head` for settings.steps steps (resuming from out/checkpoint.pt if present), validate as it
-    goes, save the final drafter into `out` with mechanism.save, and return the curves."""
+    """Train `head` for settings.steps steps or settings.minutes, whichever ends first (resuming from
+    out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with mechanism.save,
+    and return the curves. With a time budget the learning-rate schedule follows elapsed time."""
     parts = TargetParts.of(target)
     for parameter in target.model.parameters():
         parameter.requires_grad_(False)
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
     report = TrainReport(0, 0.0)
+    started = time.perf_counter()
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: _lr_factor(step, settings.progress(step, time.perf_counter() - started), settings))
     start_step = _resume(out / CHECKPOINT, head, optimizer, schedule, report)
     data = batches(train_data, settings.window, settings.rows, target.device, target.dtype, settings.seed + start_step)
+    data = chain([next(data)], data)  # the shards are read here, before the clock starts
     started = time.perf_counter() - report.seconds
     head.train()
-    for step in range(start_step, settings.steps):
+    done = start_step
+    while settings.progress(done, report.seconds) < 1:
         loss, metrics = mechanism.loss(head, parts, next(data))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         schedule.step()
-        report.train_loss.append((step + 1, float(loss.detach())))
-        done = step + 1
-        if done % settings.validate_every == 0 or done == settings.steps:
+        done += 1
+        report.train_loss.append((done, float(loss.detach())))
+        seconds = time.perf_counter() - started
+        finished = settings.progress(done, seconds) >= 1
+        if done % settings.validate_every == 0 or finished or _timed_validation_due(report, settings, seconds):
             report.validation.append(validate(mechanism, target, head, parts, validation_data, validation, settings,
                                               done))
+            report.validation[-1]["seconds"] = round(seconds, 1)
             metrics = {**metrics, **report.validation[-1]}
-        report.steps, report.seconds = done, time.perf_counter() - started
-        if done % settings.checkpoint_every == 0 or done == settings.steps:
+        report.steps, report.seconds = done, seconds  # validation time is not counted against the budget
+        if done % settings.checkpoint_every == 0 or finished:
             _checkpoint(out / CHECKPOINT, head, optimizer, schedule, report)
         progress(done, settings.steps, {"loss": float(loss.detach()), **metrics})
+        started = time.perf_counter() - report.seconds
     mechanism.save(head, target, out)
     return report
 
@@ -125,10 +141,20 @@ def validate(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, p
             "validation_loss": sum(losses) / max(1, len(losses)), "al": acceptance_stats(steps).al}
 
 
-def _lr_factor(step: int, settings: TrainSettings) -> float:
+def _timed_validation_due(report: TrainReport, settings: TrainSettings, seconds: float) -> bool:
+    """With a time budget: has the next 1/timed_validations mark of it passed since the last validation?"""
+    if not settings.minutes:
+        return False
+    interval = 60 * settings.minutes / settings.timed_validations
+    last = report.validation[-1].get("seconds", 0.0) if report.validation else 0.0
+    return seconds // interval > last // interval
+
+
+def _lr_factor(step: int, progress: float, settings: TrainSettings) -> float:
+    """Linear warm-up over warmup_steps, then cosine decay to 10% as progress (0..1, counted from step 0, so the
+    decay has begun by the end of the warm-up) runs out."""
     if step < settings.warmup_steps:
         return (step + 1) / settings.warmup_steps
-    progress = (step - settings.warmup_steps) / max(1, settings.steps - settings.warmup_steps)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 

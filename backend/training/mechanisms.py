@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from backend.drafters import dflash, dspark, eagle3, mtp
+from backend.training import student
 from backend.training.loop import Mechanism
 
 
@@ -37,9 +38,22 @@ def _block_mechanism(module: ModuleType, drafter_class) -> Mechanism:
     )
 
 
+def _student_mechanism() -> Mechanism:
+    """The distilled draft model: a whole small LM, saved as a Hugging Face folder (student.py)."""
+    return Mechanism(
+        kind=student.KIND,
+        layers=lambda target, settings: student.training_layers(target),
+        new_head=lambda target, settings, counts: student.new_student(target, **settings),
+        loss=student.training_loss,
+        drafter=student.drafter,
+        save=student.save,
+    )
+
+
 MECHANISMS: dict[str, Mechanism] = {
     "eagle3": _feature_mechanism(eagle3, eagle3.Eagle3Drafter),
     "mtp": _feature_mechanism(mtp, mtp.MtpDrafter),
     "dflash": _block_mechanism(dflash, dflash.DFlashDrafter),
     "dspark": _block_mechanism(dspark, dspark.DSparkDrafter),
+    "draft-model": _student_mechanism(),
 }

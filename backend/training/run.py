@@ -29,13 +29,16 @@ def train_command(args: argparse.Namespace, load_target) -> int:
 
     if args.kind not in MECHANISMS:
         raise SpecScopeError(f"unknown drafter kind '{args.kind}': choose one of {', '.join(MECHANISMS)}")
+    if args.minutes is not None and args.minutes <= 0:
+        raise SpecScopeError(f"--minutes must be positive (got {args.minutes:g}); leave it out to train by --tokens")
     mechanism = MECHANISMS[args.kind]
     target = load_target(args)
     if target.device.type == "cuda" and args.dtype == "auto":
         target.model.to(torch.bfloat16)
         target.dtype = torch.bfloat16
     settings = TrainSettings(tokens=args.tokens, window=args.window, rows=args.rows, learning_rate=args.lr,
-                             validate_every=args.validate_every)
+                             validate_every=args.validate_every, minutes=args.minutes,
+                             validation_prompts=args.validation_prompts)
     head_settings = json.loads(args.settings) if args.settings else {}
     out = Path(args.out)
     instructions = build_instructions()
@@ -49,18 +52,27 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        train_data = distil(target, instructions, layers, "train", args.answer_tokens, token_budget=args.data_tokens,
-                            progress=progress)
-    validation_data = distil(target, instructions, layers, "validation", args.answer_tokens,
-                             token_budget=max(4000, args.data_tokens // 20))
+        train_data = distil(target, instructions, layers, "train", args.answer_tokens, args.distil_batch,
+                            token_budget=args.data_tokens, progress=progress, minutes=args.distil_minutes)
+    validation_data = distil(target, instructions, layers, "validation", args.answer_tokens, args.distil_batch,
+                             token_budget=max(4000, args.data_tokens // 20), minutes=args.distil_minutes)
     distil_s = time.perf_counter() - started
+    if args.distil_only:
+        print(f"distilled {train_data.tokens()} training and {validation_data.tokens()} validation sequence tokens "
+              f"into {train_data.folder} in {distil_s:.0f} s")
+        return 0
     counts = _token_counts(train_data, target.facts.vocab_size)
     head = mechanism.new_head(target, head_settings, counts)
-    with tqdm(total=settings.steps, desc=f"train {args.kind}", unit="step", file=sys.stderr,
-              dynamic_ncols=True) as bar:
+    budget_s = 60 * settings.minutes if settings.minutes else None  # a time budget: the bar counts seconds
+    with tqdm(total=budget_s or settings.steps, desc=f"train {args.kind}", unit="s" if budget_s else "step",
+              file=sys.stderr, dynamic_ncols=True) as bar:
+        bar_started = time.perf_counter()
+
         def report_step(step: int, total: int, metrics: dict) -> None:
-            bar.update(step - bar.n)
-            bar.set_postfix({k: f"{v:.3g}" for k, v in metrics.items() if k in ("loss", "validation_loss", "al")})
+            done = min(budget_s, round(time.perf_counter() - bar_started)) if budget_s else step
+            bar.update(done - bar.n)
+            bar.set_postfix({"step": step, **{k: f"{v:.3g}" for k, v in metrics.items()
+                                              if k in ("loss", "validation_loss", "al")}})
 
         report = train(mechanism, target, head, train_data, validation_data, validation, settings, out, report_step)
     suite = suite_acceptance(target, mechanism.drafter(target, head.eval()), per_category=args.eval_per_category) \

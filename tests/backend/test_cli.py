@@ -88,6 +88,10 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
     row = report["results"][0]
     assert {"drafter", "draft_len", "category", "al", "tokens_per_s", "speedup_vs_plain", "speedup_vs_hf_assisted",
             "lossless"} <= row.keys()
+    ours = [row for row in report["results"] if row["drafter"] != "hf-assisted"]  # HF reports no steps
+    for row in ours:  # one prompt per category: the CI is that prompt's AL
+        assert row["al_ci_low"] <= row["al"] <= row["al_ci_high"]
+    assert "AL by category (95% bootstrap CI" in result.stdout
     assert "it" in result.stderr or "run" in result.stderr  # the progress bar
 
 

@@ -72,3 +72,18 @@ def test_draft_model_path_with_a_real_gguf_pair(runner, questions, plain):
     assert result.output_ids == plain[questions[2].question_id].output_ids
     drafting = [s for s in result.steps if s.drafted]
     assert drafting and all(s.accepted == len(s.drafted) for s in drafting)
+
+
+SHIPPED_KINDS = ("eagle3", "mtp", "dflash", "dspark", "draft-model")
+
+
+@pytest.mark.parametrize("kind", SHIPPED_KINDS)
+def test_shipped_trained_drafters_are_found_for_the_default_and_lossless(runner, questions, plain, kind):
+    """The weights under data/drafters/ are offered for the default target with no options, and lossless."""
+    from backend.drafters import SHIPPED_DIR, trained_folders
+
+    assert trained_folders(runner.target, SHIPPED_DIR)[kind].name == f"{kind}-smollm2"
+    drafter = build_drafter(kind, runner.target)
+    for question in questions[:2]:
+        result = runner.run(question.turns, drafter, GenerationSettings(MAX_NEW, draft_len=4))
+        assert result.output_ids == plain[question.question_id].output_ids

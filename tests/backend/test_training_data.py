@@ -32,11 +32,11 @@ def test_distilled_answers_are_the_targets_greedy_output_with_its_hidden_states(
     shard = load_file(str(data.shards()[0]))
     starts = shard["starts"].tolist()
     engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, 512)
-    train = [i for i in instructions if i.split == "train"]
-    for number, instruction in enumerate(train[:3]):
-        prompt = encode_conversation(tiny.tokenizer, [instruction.text], [])
-        answer = engine.generate(prompt, None, GenerationSettings(10, draft_len=0)).run().output_ids
+    prompts = [encode_conversation(tiny.tokenizer, [i.text], []) for i in instructions if i.split == "train"]
+    for number in range(3):  # instructions are distilled in a shuffled order: find each sequence's prompt
         sequence = shard["input_ids"][starts[number]: starts[number + 1]]
+        prompt = max((p for p in prompts if sequence.tolist()[: len(p)] == p), key=len)
+        answer = engine.generate(prompt, None, GenerationSettings(10, draft_len=0)).run().output_ids
         assert sequence.tolist() == prompt + answer
         mask = shard["loss_mask"][starts[number]: starts[number + 1]]
         assert mask.sum() == len(answer) and bool(mask[len(prompt) - 1]) and not bool(mask[-1])

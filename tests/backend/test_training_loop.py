@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from backend.drafters import DrafterOptions, build_drafter
 from backend.engine import GenerationSettings, SpeculativeEngine
 from backend.training.card import write_card
 from backend.training.dataset import distil
@@ -21,7 +22,8 @@ from backend.training.mechanisms import MECHANISMS
 from tests.tiny import save_tiny, tiny_instructions
 from tests.workers import ROOT
 
-DRAFTERS = {"eagle3": "Eagle3Drafter", "mtp": "MtpDrafter", "dflash": "DFlashDrafter", "dspark": "DSparkDrafter"}
+HEAD_SETTINGS = {"mtp": {},
+                 "draft-model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}}
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +47,13 @@ def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_
     torch.manual_seed(0)
     mechanism = MECHANISMS[kind]
     train_data, validation_data, validation = data
-    head = mechanism.new_head(tiny, {"draft_vocab_size": 48} if kind != "mtp" else {}, None)
+    head = mechanism.new_head(tiny, HEAD_SETTINGS.get(kind, {"draft_vocab_size": 48}), None)
     report = train(mechanism, tiny, head, train_data, validation_data, validation, small_settings(30), tmp_path)
     assert report.steps == 30 and report.validation and report.validation[-1]["al"] >= 1.0
     assert math.isfinite(report.validation[-1]["validation_loss"])
     first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
     assert last < first, (first, last)
-    module = __import__(f"backend.drafters.{kind}", fromlist=[DRAFTERS[kind]])
-    drafter = getattr(module, DRAFTERS[kind]).load(tmp_path, tiny)
+    drafter = build_drafter(kind, tiny, DrafterOptions(drafter_path=str(tmp_path)))
     engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, 512)
     prompt = [5, 9, 13, 22, 5, 9, 13, 40]
     plain = engine.generate(prompt, None, GenerationSettings(24, draft_len=0)).run().output_ids
@@ -80,6 +81,7 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
     (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
+    (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
 ])
 def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
     folder = save_tiny(tiny, tmp_path / "tiny")
@@ -102,8 +104,30 @@ def test_train_command_end_to_end(tiny, tmp_path):
     assert config["kind"] == "eagle3" and (tmp_path / "out" / "README.md").is_file()
 
 
+def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny, tmp_path):
+    folder = save_tiny(tiny, tmp_path / "tiny")
+    common = ["--target", str(folder), "--data-tokens", "3000", "--answer-tokens", "16", "--window", "32",
+              "--rows", "4", "--validation-prompts", "1"]
+    env = {**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")}
+    distilled = subprocess.run([sys.executable, "-m", "backend", "train", "--kind", "eagle3", "--out",
+                                str(tmp_path / "unused"), "--distil-only", *common],
+                               cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert distilled.returncode == 0 and "distilled" in distilled.stdout, distilled.stderr
+    assert not (tmp_path / "unused").exists()
+    settings = json.dumps(HEAD_SETTINGS["draft-model"])
+    done = subprocess.run([sys.executable, "-m", "backend", "train", "--kind", "draft-model", "--out",
+                           str(tmp_path / "student"), "--minutes", "0.05", "--tokens", "1000000000",
+                           "--distil-minutes", "0", "--settings", settings, *common],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "trained draft-model:" in done.stdout and "train draft-model" in done.stderr  # the bar
+    steps = int(done.stdout.split("trained draft-model: ")[1].split(" steps")[0])
+    assert 1 < steps < 1000000000 // (32 * 4)  # the time budget ended it
+    assert json.loads((tmp_path / "student" / "config.json").read_text())["model_type"] == "llama"
+
+
 def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_path):
-    from backend.drafters import DrafterOptions, build_drafter, trained_folders
+    from backend.drafters import trained_folders
     from backend.errors import SpecScopeError
     from tests.tiny import tiny_llama
 

@@ -68,6 +68,15 @@ def test_live_unknown_model_is_a_message(worker_env):
     assert "no such model folder" in at.error[0].value
 
 
+def test_live_draft_model_left_empty_without_a_distilled_student_is_a_message(worker_env):
+    at = page("pages/live.py").run()
+    at.text_area(key="live_prompt").set_value(PROMPT)
+    at.selectbox(key="live_drafter").set_value("draft-model").run()
+    at.button(key="live_run").click().run()
+    assert not at.exception
+    assert "needs a draft model" in at.error[0].value and "--kind draft-model" in at.error[0].value
+
+
 def test_live_suite_prompt_fills_the_text_area(worker_env):
     at = page("pages/live.py").run()
     label = at.selectbox(key="live_suite").options[1]
