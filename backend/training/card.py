@@ -48,7 +48,8 @@ def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, s
         f"- {facts['corpus']}. The evaluation prompt suites are held out (checked when the corpus is built).",
         f"- Cached sequence tokens: {facts['train_sequence_tokens']} for training, "
         f"{facts['validation_sequence_tokens']} for validation (prompt + answer; the loss covers answer tokens).",
-        f"- Distillation time: {facts['distil_seconds']} s.",
+        f"- Distillation time: {facts['distil_seconds']} s." if facts["distil_seconds"] >= 1 else
+        "- Distillation: the shared cache was already filled (by an earlier run or `--distil-only`) and reused.",
         "",
         "## Training",
         f"- {report.steps} steps of {settings.rows} windows x {settings.window} tokens "
