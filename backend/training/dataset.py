@@ -80,9 +80,7 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
         group = todo[start: start + per_shard]
         prompts = [encode_conversation(target.tokenizer, [i.text], [])[-MAX_PROMPT_TOKENS:] for i in group]
         answers: list[list[int]] = [[] for _ in prompts]
-        by_length = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # batches of similar length pad less
-        for offset in range(0, len(prompts), batch_size):
-            rows = by_length[offset: offset + batch_size]
+        for rows in _length_batches(prompts, batch_size):
             for row, answer in zip(rows, greedy_answers(target, [prompts[i] for i in rows], max_new_tokens),
                                    strict=True):
                 answers[row] = answer
@@ -98,6 +96,12 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
         (folder / "manifest.json").write_text(json.dumps(manifest))
         progress(min(tokens, int(min(budget, 1e18))), int(budget) if budget != float("inf") else tokens)
     return DistilledData(folder, layers, split)
+
+
+def _length_batches(sequences: list[list[int]], batch_size: int) -> Iterator[list[int]]:
+    """Indices of `sequences` in batches of similar length, shortest first: padded batches pad less."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    return (order[first: first + batch_size] for first in range(0, len(order), batch_size))
 
 
 @torch.inference_mode()
@@ -125,9 +129,7 @@ def _write_shard(path: Path, target: LoadedModel, sequences: list[list[int]], ma
     """One forward per batch of sequences, right-padded: with causal attention and positions 0..T-1, the
     padding after a sequence cannot change its states, so no attention mask is needed."""
     hidden: dict[int, list[torch.Tensor]] = {layer: [torch.empty(0)] * len(sequences) for layer in layers}
-    by_length = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    for first in range(0, len(sequences), batch_size):
-        rows = by_length[first: first + batch_size]
+    for rows in _length_batches(sequences, batch_size):
         width = max(len(sequences[i]) for i in rows)
         ids = torch.tensor([sequences[i] + [0] * (width - len(sequences[i])) for i in rows],
                            device=target.device)  # [B, T]
