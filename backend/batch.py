@@ -1,18 +1,12 @@
 """Batched speculative decoding with ragged acceptance: B sequences share every target forward pass,
 and each keeps its own number of accepted drafts.
 
-Layout: one rectangular KV cache [B, kv_heads, slots, head_dim] and a boolean mask `valid`
-[B, slots]. Each step appends K + 1 slots to every row (its newest token, its own k_r drafts, then
-padding up to K = max k_r). After verification a row keeps its first a_r + 1 new slots; the rest are
-masked out rather than cropped (one row cannot be cropped alone in a rectangular cache), the tail is
-cropped where no row needs it, and the cache is compacted when masked slots pile up. Positions are
-explicit per row, so a masked hole never shifts a row's RoPE. This is the transformers-only form of
-what vLLM does with a paged cache, where a rejected draft's slot is simply not counted in the
-request's sequence length (research notes §8.4).
-
-Prompts are prefilled one by one (exactly the single-sequence computation) and stacked left-padded.
-Finished rows leave the batch. D = 0 is plain batched decoding, the baseline at each batch size.
-Works on token ids; the drafters, policies and stop rules are the single-sequence ones (engine.py).
+Each step every active row drafts k_r tokens; one pass scores [newest token, d_1..d_k_r] for every
+row, padded to K + 1 = max k_r + 1; each row is verified on its own slice and keeps its first a_r + 1
+new cache slots (batch_cache.py: masked slots over Hugging Face's cache, or per-row lengths over the
+static cache of the compiled path). Finished rows leave the batch. D = 0 is plain batched decoding,
+the baseline at each batch size. Works on token ids; the drafters, policies and stop rules are the
+single-sequence ones (engine.py).
 """
 
 from __future__ import annotations
@@ -21,11 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.batch_cache import rows_cache
 from backend.drafters.base import Drafter
 from backend.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent
-from backend.kv import batched_forward, compact, new_cache, select_rows, stack_caches, trim_cache
-
-HOLES_BEFORE_COMPACTING = 1.5  # compact once the cache is this many times the longest row's real tokens
 
 
 @dataclass
@@ -80,18 +72,12 @@ class BatchEngine:
                      for row, prompt in enumerate(prompts)]
         times: dict[int, list[float]] = {row: [] for row in active}
         started = engine.clock()
-        caches = []
         hidden_layers = drafter.target_hidden_layers if drafter else ()
-        for sequence in sequences:  # one by one: measured faster on CPU than one padded pass (no padding waste)
-            cache = new_cache(engine.model)
-            sequence.start(engine.prefill(sequence.prompt_ids[:-1], cache, hidden_layers))
-            caches.append(cache)
-        cache, valid = stack_caches(caches, new_cache(engine.model), engine.device)
-        del caches
+        cache = rows_cache(engine, sequences, hidden_layers)
         prefill_s = engine.clock() - started
         try:
             while active:
-                valid = self._step([sequences[row] for row in active], cache, valid)
+                self._step([sequences[row] for row in active], cache, hidden_layers)
                 now = engine.clock() - started
                 for row in active:
                     times[row].append(now)
@@ -102,9 +88,9 @@ class BatchEngine:
                         sequences[active[i]].close()
                     active = [active[i] for i in keep]
                     if active:
-                        valid = select_rows(cache, valid, keep)
-                if active and valid.shape[1] > HOLES_BEFORE_COMPACTING * int(valid.sum(dim=1).max()):
-                    valid = compact(cache, valid)
+                        cache.select(keep)
+                if active:
+                    cache.tidy()
         finally:
             for sequence in sequences:
                 sequence.close()
@@ -112,37 +98,26 @@ class BatchEngine:
         rows = [self._row_result(sequence, times[row]) for row, sequence in enumerate(sequences)]
         return BatchResult(rows, wall, prefill_s)
 
-    def _step(self, rows: list[Sequence], cache, valid: torch.Tensor) -> torch.Tensor:
-        """One shared verification pass for every active row; returns the new valid mask."""
+    def _step(self, rows: list[Sequence], cache, hidden_layers: tuple[int, ...]) -> None:
+        """One shared verification pass for every active row."""
         engine = self.engine
         pending = [sequence.draft() for sequence in rows]
-        width = 1 + max(len(p.drafted) for p in pending)  # K + 1
-        device = engine.device
-        inputs = torch.zeros(len(rows), width, dtype=torch.long, device=device)  # [B, K+1]
-        new_valid = torch.zeros(len(rows), width, dtype=torch.bool, device=device)  # [B, K+1]
-        counts = valid.sum(dim=1)  # [B]: real tokens already cached per row
-        for i, (sequence, step) in enumerate(zip(rows, pending, strict=True)):
-            tokens = [sequence.committed[-1], *step.drafted]
-            inputs[i, : len(tokens)] = torch.tensor(tokens, device=device)
-            new_valid[i, : len(tokens)] = True
-        positions = counts[:, None] + torch.arange(width, device=device)[None, :]  # [B, K+1]
-        mask = torch.cat([valid, new_valid], dim=1)  # [B, slots + K + 1]
-        slots = valid.shape[1]
-        hidden_layers = rows[0].drafter.target_hidden_layers if rows[0].drafter else ()
+        tokens = [[sequence.committed[-1], *step.drafted] for sequence, step in zip(rows, pending, strict=True)]
+        width = max(len(row) for row in tokens)  # K + 1
+        inputs = torch.zeros(len(rows), width, dtype=torch.long, device=engine.device)  # [B, K+1]
+        for i, row in enumerate(tokens):
+            inputs[i, : len(row)] = torch.tensor(row, device=engine.device)
         started = engine.clock()
-        result = batched_forward(engine.model, inputs, mask, positions, cache, bool(hidden_layers))
+        result = cache.forward(inputs, [len(row) for row in tokens], bool(hidden_layers))
         logits = result.logits  # [B, K+1, V]
         verdicts = [sequence.verify(logits[i, : len(step.drafted) + 1], step)
                     for i, (sequence, step) in enumerate(zip(rows, pending, strict=True))]
-        for i, (verdict, _) in enumerate(verdicts):
-            mask[i, slots + verdict.accepted + 1:] = False  # rejected drafts and padding stay masked
-        keep = slots + max(verdict.accepted for verdict, _ in verdicts) + 1
-        trim_cache(cache, keep)
+        cache.accept([verdict.accepted + 1 for verdict, _ in verdicts])
         verify_s = engine.clock() - started
-        for i, (sequence, step, (verdict, shown)) in enumerate(zip(rows, pending, verdicts, strict=True)):
+        for i, (sequence, step, (verdict, probs)) in enumerate(zip(rows, pending, verdicts, strict=True)):
             hidden = {layer: result.hidden[layer][i, : verdict.accepted + 1] for layer in hidden_layers}
+            shown = sequence.shown_probs(logits[i, : len(step.drafted) + 1], probs)
             sequence.commit(step, verdict, shown, verify_s, hidden)
-        return mask[:, :keep]
 
     @staticmethod
     def _row_result(sequence: Sequence, times: list[float]) -> RowResult:

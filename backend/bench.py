@@ -37,6 +37,7 @@ class Measurement:
     new_tokens: int
     seconds: float
     steps: list = field(default_factory=list)
+    turn_outputs: list[list[int]] = field(default_factory=list)  # per turn, where turns were decoded apart
 
     @property
     def tokens_per_s(self) -> float:
@@ -53,13 +54,14 @@ def hf_generate(target: LoadedModel, prompt_ids: list[int], max_new_tokens: int,
               "pad_token_id": target.tokenizer.pad_token_id or min(target.eos_token_ids)}
     if prompt_lookup:
         kwargs["prompt_lookup_num_tokens"] = prompt_lookup
-    started = _clock(target.device)
+    started = device_clock(target.device)
     output = model.generate(inputs, **kwargs)
-    seconds = _clock(target.device) - started
+    seconds = device_clock(target.device) - started
     return output[0, len(prompt_ids):].tolist(), seconds
 
 
-def _clock(device: torch.device) -> float:
+def device_clock(device: torch.device) -> float:
+    """Wall time, after waiting for queued GPU work so timings are real."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
@@ -75,6 +77,7 @@ def speed_benchmark(target: LoadedModel, questions: list[Question], drafters: li
     runner.run(["Warm up."], None, GenerationSettings(max_new_tokens=8, draft_len=0))
     shuffle = random.Random(seed)
     per_prompt: list[dict[str, Measurement]] = []
+    disagreements: list[dict] = []
     for question in questions:
         plain = runner.run(question.turns, None, settings[0])
         progress("plain")
@@ -86,22 +89,49 @@ def speed_benchmark(target: LoadedModel, questions: list[Question], drafters: li
         for label, prompt_lookup, key in jobs:
             if key is None:
                 measured[label] = _hf(target, plain, max_new_tokens, prompt_lookup)
+                if label == "hf-generate" and measured[label].output_ids != plain.output_ids:
+                    disagreements.append({"question_id": question.question_id, "category": question.category,
+                                          **(first_disagreement(target, plain, measured[label].turn_outputs) or {})})
             else:
                 measured[label] = _engine(runner, question, built[key], settings[key[1]])
             progress(label)
         per_prompt.append(measured)
-    return _report(questions, per_prompt, drafters, draft_lens, hf_lens)
+    report = _report(questions, per_prompt, drafters, draft_lens, hf_lens, runner.engine.compile)
+    report["hf_generate_disagreements"] = disagreements
+    return report
 
 
 def _hf(target: LoadedModel, plain, max_new_tokens: int, prompt_lookup: int | None = None) -> Measurement:
     """HF decodes each turn of the conversation the plain run saw, so outputs are comparable."""
-    output_ids: list[int] = []
+    turn_outputs: list[list[int]] = []
     seconds = 0.0
     for turn in plain.turns:
         ids, turn_seconds = hf_generate(target, turn.prompt_ids, max_new_tokens, prompt_lookup)
-        output_ids += ids
+        turn_outputs.append(ids)
         seconds += turn_seconds
-    return Measurement(output_ids, len(output_ids), seconds)
+    output_ids = [token for ids in turn_outputs for token in ids]
+    return Measurement(output_ids, len(output_ids), seconds, turn_outputs=turn_outputs)
+
+
+@torch.inference_mode()
+def first_disagreement(target: LoadedModel, plain, theirs: list[list[int]]) -> dict | None:
+    """Where Hugging Face's greedy output first differs from ours: turn, position, both tokens, and the
+    logit margin between them there (HF's eager forward over the prompt and the common prefix). A
+    margin near zero is a near-tie that rounding decided, not a bug."""
+    for index, (turn, other) in enumerate(zip(plain.turns, theirs, strict=True)):
+        ours = turn.output_ids
+        position = next((i for i, (a, b) in enumerate(zip(ours, other, strict=False)) if a != b), None)
+        if position is None:
+            if len(ours) == len(other):
+                continue
+            position = min(len(ours), len(other))  # one stopped earlier (an EOS the other did not pick)
+        if position >= min(len(ours), len(other)):
+            return {"turn": index, "position": position, "ours": None, "theirs": None, "margin": None}
+        context = torch.tensor([turn.prompt_ids + ours[:position]], device=target.device)  # [1, P]
+        logits = target.model(context, logits_to_keep=1).logits[0, -1].float()  # [V]
+        return {"turn": index, "position": position, "ours": ours[position], "theirs": other[position],
+                "margin": float(logits[ours[position]] - logits[other[position]])}
+    return None
 
 
 def _engine(runner: Runner, question: Question, drafter, settings: GenerationSettings) -> Measurement:
@@ -110,7 +140,7 @@ def _engine(runner: Runner, question: Question, drafter, settings: GenerationSet
 
 
 def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]], drafters: list[str],
-            draft_lens: list[int | str], hf_lens: list[int]) -> dict:
+            draft_lens: list[int | str], hf_lens: list[int], compile: str) -> dict:
     categories = sorted({q.category for q in questions})
     results, summary = [], {}
     labels = [(f"{name}@{d}", name, d) for name in drafters for d in draft_lens]
@@ -135,11 +165,13 @@ def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]],
             "lossless": f"{overall['equal']}/{len(questions)}",
         }
     plain_runs = [m["plain"] for m in per_prompt]
+    plain_tps = sum(r.new_tokens for r in plain_runs) / sum(r.seconds for r in plain_runs)
+    plain_vs_hf = geomean([speedup(m["plain"].tokens_per_s, m["hf-generate"].tokens_per_s) for m in per_prompt])
+    summary["plain@0"] = {"tokens_per_s": plain_tps, "vs_hf_generate": plain_vs_hf, "compile": compile}
     return {
         "prompts": len(questions),
-        "plain_tokens_per_s": sum(r.new_tokens for r in plain_runs) / sum(r.seconds for r in plain_runs),
-        "engine_plain_vs_hf_generate": geomean([speedup(m["plain"].tokens_per_s, m["hf-generate"].tokens_per_s)
-                                                for m in per_prompt]),
+        "plain_tokens_per_s": plain_tps,
+        "engine_plain_vs_hf_generate": plain_vs_hf,
         "hf_generate_lossless": f"{sum(m['hf-generate'].output_ids == m['plain'].output_ids for m in per_prompt)}"
                                 f"/{len(per_prompt)}",
         "results": results,

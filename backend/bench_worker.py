@@ -39,14 +39,14 @@ def resident_mb(pid: int) -> dict:
     return {"rss_mb": fields.get("VmRSS"), "peak_rss_mb": fields.get("VmHWM")}
 
 
-def start_worker(target: str, device: str) -> tuple[subprocess.Popen, str]:
+def start_worker(target: str, device: str, compile: str = "off") -> tuple[subprocess.Popen, str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     db = Path(tempfile.mkdtemp(prefix="specscope-bench-")) / "runs.duckdb"
     process = subprocess.Popen(
         [sys.executable, "-m", "backend", "worker", "--port", str(port), "--db", str(db), "--default-target", target,
-         "--device", device], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "--device", device, "--compile", compile], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={**os.environ, "SPECSCOPE_TOKEN": ""})
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
@@ -64,12 +64,14 @@ def start_worker(target: str, device: str) -> tuple[subprocess.Popen, str]:
 
 
 def stream_benchmark(target_spec: str, questions: list[Question], drafter: str, draft_len: int | str,
-                     max_new_tokens: int, repeats: int, device: str = "auto") -> dict:
-    target = load_model(target_spec, device=device)
+                     max_new_tokens: int, repeats: int, device: str = "auto", compile: str = "off") -> dict:
+    """In process and through the worker on the same path (`compile`), alternating."""
+    target = load_model(target_spec, device=device, compile=compile)
     runner = Runner(target)
+    runner.engine.passes.warm_up()
     local_drafter = build_drafter(drafter, target, DrafterOptions())
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=draft_len)
-    process, url = start_worker(target_spec, device)
+    process, url = start_worker(target_spec, device, compile)
     client = WorkerClient(url)
     try:
         idle_memory = resident_mb(process.pid)

@@ -70,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_drafter_args(speed, with_name=False)
     speed.set_defaults(handler=lambda args: _bench('speed', args))
 
+    forward = bench.add_parser("forward", help="cost of one target pass of T new tokens, eager beside compiled",
+                               description="Times a pass of T = 1..32 new tokens on a cache of --context tokens at "
+                                           "each batch size, eager (Hugging Face's forward) and compiled (static "
+                                           "cache + torch.compile; with --compile off, eager only), interleaved; "
+                                           "medians and the ratio to T = 1, the memory roofline and plain tok/s.")
+    forward.add_argument("--batch-sizes", type=_sizes, default=[1, 16])
+    forward.add_argument("--widths", type=_sizes, default=[1, 2, 4, 8, 16, 32], help="new tokens per pass")
+    forward.add_argument("--context", type=int, default=200, help="tokens already cached")
+    forward.add_argument("--repeats", type=int, default=7)
+    forward.add_argument("--profile", action="store_true", help="top operators of a 1- and a 9-token pass per mode")
+    forward.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
+    _add_model_args(forward)
+    forward.set_defaults(handler=lambda args: _bench('forward', args))
+
     sweep = bench.add_parser("sweep", help="drafters x D x batch sizes, stored in DuckDB, with the Pareto frontier",
                              description="Runs the grid with the batched engine and stores every point (through "
                                          "the worker when one answers, else directly into the DuckDB file).")
@@ -86,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--device", default="auto")
     sweep.add_argument("--dtype", default="auto")
     sweep.add_argument("--allow-remote-code", action="store_true")
+    _add_compile_arg(sweep)
     sweep.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
     sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
     sweep.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
@@ -104,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--repeats", type=int, default=2)
     stream.add_argument("--target", default="default")
     stream.add_argument("--device", default="auto")
+    _add_compile_arg(stream)
     stream.add_argument("--json", action="store_true")
     stream.set_defaults(handler=lambda args: _bench('stream', args))
 
@@ -162,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--device", default="auto")
     worker.add_argument("--dtype", default="auto")
     worker.add_argument("--allow-remote-code", action="store_true", help="let models run their own code")
+    _add_compile_arg(worker)
     worker.add_argument("--model-budget-gb", type=float, default=4.0, help="evict least recently used models above")
     worker.set_defaults(handler=_worker)
     return parser
@@ -177,6 +194,14 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
+    _add_compile_arg(parser)
+
+
+def _add_compile_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default=os.environ.get("SPECSCOPE_COMPILE", "auto"),
+                        help="the target's passes: on = static KV cache + torch.compile graphs (Llama-family "
+                             "models; compiled once at start), off = Hugging Face's eager forward, auto (default, "
+                             "or $SPECSCOPE_COMPILE) = on where the model and machine allow it")
 
 
 def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -> None:
@@ -209,8 +234,8 @@ def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
 def _bench(command: str, args: argparse.Namespace) -> int:
     from backend import cli_bench
 
-    handlers = {"speed": cli_bench.bench_speed, "sweep": cli_bench.bench_sweep, "stream": cli_bench.bench_stream,
-                "codesign": cli_bench.codesign}
+    handlers = {"speed": cli_bench.bench_speed, "forward": cli_bench.bench_forward, "sweep": cli_bench.bench_sweep,
+                "stream": cli_bench.bench_stream, "codesign": cli_bench.codesign}
     return handlers[command](args)
 
 
@@ -258,7 +283,19 @@ def _load_target(args: argparse.Namespace):
     _quiet_libraries()
     from backend.models import load_model
 
-    return load_model(args.target, device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code)
+    target = load_model(args.target, device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
+                        compile=getattr(args, "compile", "off"))
+    warm_up_target(target)
+    return target
+
+
+def warm_up_target(target) -> None:
+    """Build the target's compiled graphs now, saying so on stderr (a minute or more on a small CPU)."""
+    from backend.target_passes import target_passes
+
+    passes = target_passes(target.model, target.compile)
+    if passes.compile == "on":
+        passes.warm_up(lambda message: print(f"{message} (once per process) ...", file=sys.stderr, flush=True))
 
 
 def _quiet_libraries() -> None:
@@ -377,7 +414,7 @@ def _worker(args: argparse.Namespace) -> int:
         db_path=args.db, default_target=args.default_target,
         preload=args.preload if args.preload is not None else [args.default_target], extra_targets=args.targets,
         device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
-        model_budget_gb=args.model_budget_gb,
+        model_budget_gb=args.model_budget_gb, compile=args.compile,
     )
     print(f"SpecScope worker on http://{args.host}:{args.port} (docs at /docs)", file=sys.stderr, flush=True)
     serve(args.host, args.port, settings)

@@ -14,12 +14,18 @@ from backend.errors import SpecScopeError
 
 
 def format_speed_table(report: dict) -> str:
-    lines = [f"{report['prompts']} prompts; plain decoding {report['plain_tokens_per_s']:.1f} tok/s; "
-             f"engine plain vs HF generate {report['engine_plain_vs_hf_generate']:.2f}x "
+    plain = report["summary"]["plain@0"]
+    lines = [f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s (compile "
+             f"{plain['compile']}); engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
              f"(HF greedy equal to ours on {report['hf_generate_lossless']})", ""]
+    for where in report["hf_generate_disagreements"]:
+        lines.insert(1, f"  HF greedy differs on question {where['question_id']} ({where['category']}): turn "
+                        f"{where.get('turn')}, token {where.get('position')}, ours {where.get('ours')} vs HF's "
+                        f"{where.get('theirs')}, logit margin {where.get('margin')}")
+    configs = {label: row for label, row in report["summary"].items() if label != "plain@0"}
     header = f"{'config':<18}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
     lines.append(header)
-    for label, row in report["summary"].items():
+    for label, row in configs.items():
         al = f"{row['al']:.2f}" if row["al"] is not None else "-"
         versus_hf = row["geomean_speedup_vs_hf_assisted"]
         lines.append(f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
@@ -28,14 +34,14 @@ def format_speed_table(report: dict) -> str:
     lines += ["", "speedup vs plain by category:"]
     categories = sorted({row["category"] for row in report["results"]})
     lines.append(f"{'config':<18}" + "".join(f"{c[:11]:>12}" for c in categories))
-    for label in report["summary"]:
+    for label in configs:
         name, draft_len = label.rsplit("@", 1)
         cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"]
                  if r["drafter"] == name and str(r["draft_len"]) == draft_len}
         lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
     lines += ["", "AL by category (95% bootstrap CI over prompts):"]
     lines.append(f"{'config':<18}" + "".join(f"{c[:17]:>18}" for c in categories))
-    for label in report["summary"]:
+    for label in configs:
         name, draft_len = label.rsplit("@", 1)
         cells = {r["category"]: _al_with_ci(r) for r in report["results"]
                  if r["drafter"] == name and str(r["draft_len"]) == draft_len}
@@ -85,6 +91,38 @@ def bench_speed(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     return 0
 
+def bench_forward(args: argparse.Namespace) -> int:
+    from backend.bench_forward import forward_benchmark
+    from backend.target_passes import compile_mode
+
+    if max(args.widths) > 32 or args.context < 1 or args.repeats < 1:
+        raise SpecScopeError("widths go up to 32 new tokens, and --context and --repeats must be at least 1")
+    target = _load_target(args)
+    modes = ["eager", "compiled"] if compile_mode(target.model, target.compile) == "on" else ["eager"]
+    report = forward_benchmark(target, modes, args.batch_sizes, tuple(args.widths), args.context, args.repeats,
+                               profile=args.profile, progress=lambda label: print(label, file=sys.stderr, flush=True))
+    print(format_forward_table(report))
+    if args.json:
+        print(json.dumps(report))
+    return 0
+
+
+def format_forward_table(report: dict) -> str:
+    lines = [f"{report['target']} on {report['device']} ({report['dtype']}), {report['context']} tokens cached, "
+             f"median of {report['repeats']}; memory roofline {report['roofline_tps']:.1f} tok/s "
+             f"({report['weight_mb_per_token']:.0f} MB of weights per token at {report['bandwidth_gb_s']:.1f} GB/s)",
+             "plain decoding: " + ", ".join(f"{mode} {tps:.1f} tok/s" for mode, tps in report["plain_tps"].items()),
+             "", f"{'mode':<10}{'B':>4}{'T':>5}{'ms':>9}{'vs T=1':>9}"]
+    for row in report["results"]:
+        ratio = f"{row['vs_one_token']:.2f}x" if row["vs_one_token"] else "-"
+        lines.append(f"{row['mode']:<10}{row['batch_size']:>4}{row['tokens']:>5}{row['ms']:>9.1f}{ratio:>9}")
+    for mode, by_width in report.get("profile", {}).items():
+        for width, rows in by_width.items():
+            lines += ["", f"{mode}, T={width}: top operators (self ms per pass, calls per pass)"]
+            lines += [f"  {r['self_ms_per_pass']:8.2f} {r['calls_per_pass']:6.0f}  {r['op'][:70]}" for r in rows]
+    return "\n".join(lines)
+
+
 def bench_stream(args: argparse.Namespace) -> int:
     from backend.bench_worker import stream_benchmark
     from backend.policy import make_policy
@@ -94,7 +132,7 @@ def bench_stream(args: argparse.Namespace) -> int:
     questions = load_suite(args.suite, args.categories, per_category=args.per_category)
     _quiet_libraries()
     report = stream_benchmark(args.target, questions, args.drafter, args.draft_len, args.max_new_tokens,
-                              args.repeats, args.device)
+                              args.repeats, args.device, args.compile)
     memory = report["worker_memory_after_runs_mb"]
     print(f"{len(report['rows'])} runs of {args.drafter}@{args.draft_len}: worker stream / in process = "
           f"{report['geomean_worker_over_in_process']:.3f} (geomean); first step record after "

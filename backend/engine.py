@@ -5,7 +5,10 @@
         d_1..d_D = drafter.propose(committed tokens)              (D from the draft-length policy)
         logits   = target([x, d_1..d_D])                          one forward pass, [D+1, V]
         a, t     = verify(logits, drafts)                         backend/verify.py
-        commit d_1..d_a, t;  trim the cache to drop d_{a+1}..d_D;  x = t
+        commit d_1..d_a, t;  keep the cache up to d_a;  x = t
+
+How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
+engine's `passes` (target_passes.py).
 
 D = 0 is plain autoregressive decoding through the same code: the baseline every speedup is
 measured against. The engine is a generator so a caller (CLI, worker, UI) sees each step as it
@@ -25,8 +28,8 @@ import torch
 
 from backend.drafters.base import Draft, Drafter, DraftRequest, DraftSession, StepOutcome
 from backend.errors import SpecScopeError
-from backend.kv import cached_forward, new_cache, prepare_for_rollback, trim_cache
 from backend.policy import DraftLengthPolicy, make_policy
+from backend.target_passes import target_passes
 from backend.verify import SamplingParams, Verdict, greedy_verify, rejection_verify, replay_verify, target_probs
 
 
@@ -124,19 +127,27 @@ class Sequence:
                     draft = session.propose(DraftRequest(committed, verified, sampling, self.generator))
         return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started)
 
-    def verify(self, logits: torch.Tensor, pending: PendingStep) -> tuple[Verdict, torch.Tensor]:
+    def verify(self, logits: torch.Tensor, pending: PendingStep) -> tuple[Verdict, torch.Tensor | None]:
         """The acceptance rule on this sequence's slice of a verification pass.
-        logits: [k+1, V] for [newest token, d_1..d_k]. Returns the verdict and the probabilities shown
-        on hover (the processed target distribution; softmax at T=1 when greedy)."""
+        logits: [k+1, V] for [newest token, d_1..d_k]. Returns the verdict and, when sampling, the
+        processed target distribution the rule used ([k+1, V]; None when greedy)."""
         sampling, drafted = self.settings.sampling, pending.drafted
-        drafted_tensor = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [k]
-        shown = torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)  # [k+1, V]
         if self.reference is not None:
-            return replay_verify(self.reference[len(self.output_ids):], drafted), shown
+            return replay_verify(self.reference[len(self.output_ids):], drafted), None
+        drafted_tensor = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [k]
         if sampling.greedy:
-            return greedy_verify(logits, drafted_tensor), shown
+            return greedy_verify(logits, drafted_tensor), None
+        probs = target_probs(logits, sampling)  # [k+1, V]
         draft_probs = pending.draft.probs[: len(drafted)] if pending.draft.probs is not None else None
-        return rejection_verify(shown, drafted_tensor, draft_probs, self.generator), shown
+        return rejection_verify(probs, drafted_tensor, draft_probs, self.generator), probs
+
+    def shown_probs(self, logits: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+        """The probabilities shown on hover, [k+1, V]: what sampling used, or softmax at T=1 when greedy.
+        Display only: callers compute it after the timed verification."""
+        sampling = self.settings.sampling
+        if probs is not None:
+            return probs
+        return torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)
 
     def commit(self, pending: PendingStep, verdict: Verdict, shown: torch.Tensor, verify_s: float,
                hidden: dict[int, torch.Tensor] | None = None) -> StepEvent:
@@ -210,7 +221,8 @@ class Generation:
     def __iter__(self) -> Iterator[StepEvent]:
         engine, sequence = self.engine, self.sequence
         hidden_layers = sequence.drafter.target_hidden_layers if sequence.drafter else ()
-        cache = new_cache(engine.model)
+        passes = engine.passes
+        cache = passes.new_cache(len(sequence.prompt_ids) + sequence.max_new_tokens)
         started = engine.clock()
         sequence.start(engine.prefill(sequence.prompt_ids[:-1], cache, hidden_layers))
         self.prefill_s = engine.clock() - started
@@ -219,10 +231,11 @@ class Generation:
                 pending = sequence.draft()
                 started = engine.clock()
                 committed = len(sequence.committed)
-                result = engine.forward([sequence.committed[-1], *pending.drafted], cache, bool(hidden_layers))
-                verdict, shown = sequence.verify(result.logits, pending)
-                trim_cache(cache, keep=committed + verdict.accepted)
+                result = passes.forward([sequence.committed[-1], *pending.drafted], cache, bool(hidden_layers))
+                verdict, probs = sequence.verify(result.logits, pending)
+                passes.keep(cache, committed + verdict.accepted)
                 verify_s = engine.clock() - started
+                shown = sequence.shown_probs(result.logits, probs)
                 hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
                 event = sequence.commit(pending, verdict, shown, verify_s, hidden)
                 self.decode_s += event.draft_s + event.verify_s
@@ -246,13 +259,20 @@ def _short_draft_reason(draft: Draft, verified: int, cap: int) -> str | None:
 
 
 class SpeculativeEngine:
-    """Holds the target model; each `generate` call is an independent request."""
+    """Holds the target model and how its passes run (`compile`: auto | on | off, see
+    target_passes.py); each `generate` call is an independent request."""
 
-    def __init__(self, model, eos_ids: set[int], max_context: int) -> None:
+    def __init__(self, model, eos_ids: set[int], max_context: int, compile: str = "off") -> None:
         self.model = model
         self.device = model.device
         self.eos_ids = set(eos_ids)
         self.max_context = max_context
+        self.passes = target_passes(model, compile)
+
+    @property
+    def compile(self) -> str:
+        """The compile mode in use: "on" or "off"."""
+        return self.passes.compile
 
     def generate(self, prompt_ids: list[int], drafter: Drafter | None, settings: GenerationSettings,
                  decode: Callable[[list[int]], str] | None = None, reference: list[int] | None = None) -> Generation:
@@ -274,15 +294,8 @@ class SpeculativeEngine:
 
     def prefill(self, tokens: list[int], cache, hidden_layers: tuple[int, ...]) -> dict[int, torch.Tensor]:
         """Cache the prompt (all but its last token); return the requested hidden states for it."""
-        hidden: dict[int, torch.Tensor] = {}
-        if tokens:
-            result = cached_forward(self.model, tokens, cache, want_hidden=bool(hidden_layers), logits_to_keep=1)
-            hidden = {layer: result.hidden[layer] for layer in hidden_layers}
-        prepare_for_rollback(cache)
-        return hidden
-
-    def forward(self, tokens: list[int], cache, want_hidden: bool):
-        return cached_forward(self.model, tokens, cache, want_hidden=want_hidden)
+        result = self.passes.prefill(tokens, cache, bool(hidden_layers))
+        return {layer: result.hidden[layer] for layer in hidden_layers} if result is not None else {}
 
     def clock(self) -> float:
         """Wall time, after waiting for queued GPU work so timings are real."""

@@ -33,6 +33,7 @@ from backend.prompts import Question
 from backend.runner import Runner, RunResult, TurnResult
 from backend.store import RunStore
 from backend.sweep import SweepStopped, run_sweep
+from backend.target_passes import compile_mode
 from backend.verify import SamplingParams
 
 FLUSH_EVERY_STEPS = 64  # steps reach the store in batches, at least this often ...
@@ -161,7 +162,7 @@ class LiveService:
             "top_p": request.sampling.top_p, "top_k": request.sampling.top_k, "seed": request.seed,
             "max_new_tokens": request.max_new_tokens, "device": str(target.device),
             "dtype": str(target.dtype).removeprefix("torch."), "torch_version": torch.__version__,
-            "transformers_version": transformers.__version__,
+            "transformers_version": transformers.__version__, "compile": compile_mode(target.model, target.compile),
         }
 
     def _reference(self, job: Job, runner: Runner, request: RunRequest) -> list[list[int]]:
@@ -244,7 +245,8 @@ class LiveService:
         """Tokens/s of plain decoding on the same prompt and settings: from the store, else run now."""
         target = runner.target
         stored = self.store.baseline_tokens_per_s(target.fingerprint, request.turns, request.max_new_tokens,
-                                                  request.sampling.temperature, str(target.device))
+                                                  request.sampling.temperature, str(target.device),
+                                                  compile_mode(target.model, target.compile))
         if stored is not None:
             return stored
         plain = LaneSpec("none", 0, DrafterOptions())

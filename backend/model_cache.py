@@ -26,11 +26,13 @@ def model_bytes(model: LoadedModel) -> int:
 
 class ModelCache:
     def __init__(self, budget_bytes: int, device: str = "auto", dtype: str = "auto",
-                 allow_remote_code: bool = False, loader: Callable[..., LoadedModel] = load_model) -> None:
+                 allow_remote_code: bool = False, loader: Callable[..., LoadedModel] = load_model,
+                 compile: str = "off") -> None:
         self.budget_bytes = budget_bytes
         self.device = device
         self.dtype = dtype
         self.allow_remote_code = allow_remote_code
+        self.compile = compile
         self.loader = loader
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         # (target, drafter name, options) -> (drafter, the model specs it holds)
@@ -51,7 +53,7 @@ class ModelCache:
             self.loading = spec
             try:
                 model = self.loader(spec, device=self.device, dtype=self.dtype,
-                                    allow_remote_code=self.allow_remote_code)
+                                    allow_remote_code=self.allow_remote_code, compile=self.compile)
             finally:
                 self.loading = None
             with self._lock:

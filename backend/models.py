@@ -80,6 +80,7 @@ class LoadedModel:
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
     dtype: torch.dtype
+    compile: str = "off"  # auto | on | off: how engines on this target run its passes (target_passes.py)
 
     @property
     def facts(self) -> ModelFacts:
@@ -181,8 +182,12 @@ def load_model(
     device: str = "auto",
     dtype: str = "auto",
     allow_remote_code: bool = False,
+    compile: str = "off",
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer from a spec (see the module docstring)."""
+    """Load a causal LM and its tokenizer from a spec (see the module docstring). `compile` is kept
+    for the engines built on it: auto | on | off (see target_passes.py)."""
+    if compile not in ("auto", "on", "off"):
+        raise ModelLoadError(f"unknown compile choice '{compile}': use auto, on or off")
     spec = (spec or "").strip()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -197,7 +202,7 @@ def load_model(
     tokenizer = _load_tokenizer(spec, source, allow_remote_code)
     model.to(torch_device)
     model.eval()
-    return LoadedModel(spec, source, fingerprint, model, tokenizer, torch_device, torch_dtype)
+    return LoadedModel(spec, source, fingerprint, model, tokenizer, torch_device, torch_dtype, compile)
 
 
 def config_facts(spec: str, allow_remote_code: bool = False) -> dict:

@@ -71,7 +71,7 @@ class Runner:
     def __init__(self, target: LoadedModel, use_chat_template: bool = True) -> None:
         self.target = target
         self.use_chat_template = use_chat_template
-        self.engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
+        self.engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
 
     def decode(self, ids: list[int]) -> str:
         return self.target.tokenizer.decode(ids, skip_special_tokens=True)

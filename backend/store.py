@@ -125,6 +125,9 @@ MIGRATIONS: list[tuple[int, str]] = [
             lossless BOOLEAN
         );
     """),
+    (3, """
+        ALTER TABLE runs ADD COLUMN compile VARCHAR;  -- on | off: the target's passes compiled or eager
+    """),
 ]
 
 RUN_COLUMNS = [
@@ -132,7 +135,7 @@ RUN_COLUMNS = [
     "target", "target_fingerprint", "drafter", "drafter_options", "draft_len", "temperature", "top_p", "top_k", "seed",
     "max_new_tokens", "device", "dtype", "torch_version", "transformers_version", "prompt_tokens", "new_tokens", "al",
     "acceptance_rate", "tokens_per_s", "decode_s", "prefill_s", "baseline_tokens_per_s", "output_text",
-    "finish_reason", "error", "batch_size", "split",
+    "finish_reason", "error", "batch_size", "split", "compile",
 ]
 STEP_COLUMNS = [
     "run_id", "turn", "step_index", "draft_len", "drafted", "draft_probs", "target_probs", "accepted", "target_token",
@@ -288,15 +291,15 @@ class RunStore:
                                     [run_id]).df()
 
     def baseline_tokens_per_s(self, target_fingerprint: str, turns: list[str], max_new_tokens: int,
-                              temperature: float, device: str) -> float | None:
+                              temperature: float, device: str, compile: str) -> float | None:
         """Tokens/s of the newest complete plain run (D = 0) of the same prompt and settings."""
         with self._lock:
             row = self._db.execute(
                 """SELECT tokens_per_s FROM runs
                    WHERE status = 'complete' AND draft_len = '0' AND target_fingerprint = ? AND turns = ?::JSON
-                     AND max_new_tokens = ? AND temperature = ? AND device = ?
+                     AND max_new_tokens = ? AND temperature = ? AND device = ? AND compile = ?
                    ORDER BY created_at DESC LIMIT 1""",
-                [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device],
+                [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device, compile],
             ).fetchone()
         return row[0] if row else None
 

@@ -58,7 +58,8 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
               progress: Callable[[str, int, int], None] = lambda label, done, total: None,
               settings_record: dict | None = None) -> dict:
     """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all)."""
-    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
+    engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
     prompts = [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions]
     configs = [("none", 0)] + [(name, d) for name in drafters for d in draft_lens if d != 0]
@@ -90,7 +91,7 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
                         rows.append(SweepRow(questions[index], row, row.output_ids == reference[index]))
                     done += len(result.rows)
                     progress(f"{name}@{draft_len} B={size}", done, total)
-                config = {"drafter": name, "draft_len": draft_len, "batch_size": size}
+                config = {"drafter": name, "draft_len": draft_len, "batch_size": size, "compile": engine.compile}
                 overall = summarise(rows, wall, config, "all", "all")
                 overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
                 parts = [summarise([r for r in rows if r.question.category == c], None, config, c, "all")
@@ -157,6 +158,7 @@ def _store_rows(store: RunStore, sweep_id: str, target: LoadedModel, rows: list[
             "max_new_tokens": max_new_tokens, "device": str(target.device),
             "dtype": str(target.dtype).removeprefix("torch."), "torch_version": torch.__version__,
             "transformers_version": transformers.__version__, "batch_size": config["batch_size"],
+            "compile": config["compile"],
             "split": row.split,
         })
         store.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in steps])

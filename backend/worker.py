@@ -22,6 +22,7 @@ import math
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
@@ -35,12 +36,12 @@ from backend.codesign import codesign_report
 from backend.drafters import DRAFTER_NAMES, TRAINED, DrafterOptions, trained_folders
 from backend.errors import SpecScopeError
 from backend.jobs import Job, Scheduler
-from backend.kv import cached_forward, new_cache
 from backend.live import LaneSpec, LiveService, RunRequest
 from backend.model_cache import ModelCache
 from backend.models import DEFAULT_SPEC, LoadedModel, config_facts
 from backend.policy import MAX_DRAFT_LEN, make_policy
 from backend.store import RunStore
+from backend.target_passes import target_passes
 from backend.verify import SamplingParams
 
 MAX_PROMPT_CHARS = 60_000
@@ -167,23 +168,27 @@ class WorkerSettings(BaseModel):
     allow_remote_code: bool = False
     model_budget_gb: float = 4.0
     token: str | None = None
+    compile: str = "auto"  # the targets' passes: auto | on | off (target_passes.py)
 
 
 def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
-                        settings.allow_remote_code)
+                        settings.allow_remote_code, compile=settings.compile)
     service = LiveService(models, store, settings.default_target)
     scheduler = Scheduler(service.execute)  # LiveService.execute dispatches on the job kind
-    state = {"preload_error": None, "warm": set()}
+    state = {"preload_error": None, "warm": set(), "warming": None}
 
     def preload() -> None:
         for spec in settings.preload:
             try:
-                warm_up(models.get(spec))
+                target = models.get(spec)
+                warm_up(target, lambda message, spec=spec: state.update(warming=f"{spec}: {message}"))
                 state["warm"].add(spec)
             except SpecScopeError as error:
                 state["preload_error"] = str(error)
+            finally:
+                state["warming"] = None
 
     threading.Thread(target=preload, name="preload", daemon=True).start()
 
@@ -214,7 +219,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     def health() -> dict:
         loaded = models.loaded()
         ready = set(settings.preload) <= state["warm"] or state["preload_error"] is not None
-        return {"status": "ready" if ready else "loading", "loading": models.loading, "loaded": loaded,
+        return {"status": "ready" if ready else "loading", "loading": models.loading, "warming": state["warming"],
+                "loaded": loaded,
                 "error": state["preload_error"], "default_target": settings.default_target,
                 "device": settings.device, "queue_length": scheduler.queue_length,
                 "recovered_incomplete_runs": store.recovered}
@@ -317,14 +323,10 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     return app
 
 
-def warm_up(model: LoadedModel) -> None:
-    """One short prefill and a few single-token steps, so the first user's request does not pay for
-    the kernels' and allocator's first use (a second or more on a CPU)."""
-    cache = new_cache(model.model)
-    filler = [min(model.eos_token_ids or {0})] * 64
-    cached_forward(model.model, filler, cache, logits_to_keep=1)
-    for _ in range(3):
-        cached_forward(model.model, filler[:2], cache)
+def warm_up(model: LoadedModel, progress: Callable[[str], None] | None = None) -> None:
+    """Compile the target's graphs (with `compile` on), or run a short pass, so the first user's request
+    does not pay for compilation or the kernels' first use. `progress` hears what is being done."""
+    target_passes(model.model, model.compile).warm_up(progress)
 
 
 def _clean(row: dict) -> dict:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from tests.tiny import tiny_llama
+from tests.tiny import tiny_llama, tiny_tokenizer
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
+# Workers and CLI runs started by tests take the eager path unless a test asks for `--compile on`:
+# compiling costs tens of seconds per model, so the compiled path is tested on a focused set.
+os.environ["SPECSCOPE_COMPILE"] = "off"
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +24,19 @@ def tiny():
 def tiny_other():
     """A different random model with the same tokenizer: a weak external draft."""
     return tiny_llama(seed=1, layers=2)
+
+
+@pytest.fixture(scope="session")
+def pair():
+    """A 12-token target and draft whose exact joint distribution the sampling tests enumerate."""
+    from tests.backend.test_sampling import VOCAB
+
+    tokenizer = tiny_tokenizer(VOCAB)
+    target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
+                        tokenizer=tokenizer)
+    draft = tiny_llama(seed=4, vocab_size=VOCAB, layers=1, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
+                       tokenizer=tokenizer)
+    return target, draft
 
 
 @pytest.fixture(scope="session")

@@ -50,7 +50,7 @@ def client() -> WorkerClient:
     return _client_for(_start_local_worker())
 
 
-def wait_until_ready(worker: WorkerClient, timeout_s: float = 300.0) -> dict:
+def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
     """Poll /health until the worker has its models loaded, showing progress only while it is not;
     stop the page with a clear message if it never comes up."""
     deadline = time.time() + timeout_s
@@ -71,7 +71,10 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 300.0) -> dict:
             st.stop()
         if status is None:
             status = st.status("Connecting to the SpecScope worker…", expanded=False)
-        if health["status"] == "loading":
+        if health.get("warming"):
+            status.update(label=f"Compiling {health['warming']}… (torch.compile, once per worker start: a few "
+                                "minutes on a small CPU; start the worker with --compile off to skip it)")
+        elif health["status"] == "loading":
             status.update(label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
                                 "model converts its GGUF file, about 30 s)")
         time.sleep(0.5)

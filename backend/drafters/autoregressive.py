@@ -17,7 +17,7 @@ from typing import Protocol
 import torch
 
 from backend.drafters.base import Draft, DraftRequest, StepOutcome
-from backend.kv import ForwardResult, trim_cache
+from backend.kv import ForwardResult
 from backend.verify import sample, target_probs
 
 
@@ -27,7 +27,11 @@ class DraftRunner(Protocol):
     def new_cache(self): ...
 
     def forward(self, tokens: list[int], cache) -> ForwardResult:
-        """Feed tokens on top of the cache; logits for the last position only."""
+        """Feed tokens on top of the cache; logits for (at least) the last position."""
+        ...
+
+    def keep(self, cache, keep: int) -> None:
+        """Forget every cached position from `keep` on."""
         ...
 
 
@@ -41,7 +45,7 @@ class AutoregressiveSession:
     def propose(self, request: DraftRequest) -> Draft:
         tokens, sampling = request.tokens, request.sampling
         keep = min(_common_prefix(self.cached, tokens), len(tokens) - 1)  # feed at least the newest token
-        trim_cache(self.cache, keep)
+        self.runner.keep(self.cache, keep)
         self.cached = self.cached[:keep]
         feed = tokens[keep:]
         drafted: list[int] = []

@@ -11,20 +11,29 @@ import torch
 
 from backend.drafters.autoregressive import AutoregressiveSession
 from backend.drafters.base import DrafterCost
-from backend.kv import ForwardResult, cached_forward, new_cache
+from backend.kv import ForwardResult
 from backend.models import LoadedModel, check_same_tokenizer, matmul_weights
+from backend.target_passes import target_passes
 
 
 class DraftModelRunner:
-    def __init__(self, draft: LoadedModel, vocab_size: int) -> None:
+    """The draft's passes take the target's path (`compile`): a compiled draft over a static cache
+    where the target's passes are compiled and the draft's architecture allows it."""
+
+    def __init__(self, draft: LoadedModel, vocab_size: int, compile: str = "off") -> None:
         self.draft = draft
         self.vocab_size = vocab_size
+        self.passes = target_passes(draft.model, "auto" if compile == "on" else compile)
+        self.passes.warm_up()  # compiled here, so no request's draft time pays for it
 
     def new_cache(self):
-        return new_cache(self.draft.model)
+        return self.passes.new_cache(0)
 
     def forward(self, tokens: list[int], cache) -> ForwardResult:
-        return cached_forward(self.draft.model, tokens, cache, logits_to_keep=1)
+        return self.passes.forward(tokens, cache, want_hidden=False, last_only=True)
+
+    def keep(self, cache, keep: int) -> None:
+        self.passes.keep(cache, keep)
 
 
 class DraftModelDrafter:
@@ -36,7 +45,7 @@ class DraftModelDrafter:
         check_same_tokenizer(target, draft)
         self.target = target
         self.draft = draft
-        self.runner = DraftModelRunner(draft, target.facts.vocab_size)
+        self.runner = DraftModelRunner(draft, target.facts.vocab_size, target.compile)
 
     def cost(self) -> DrafterCost:
         return DrafterCost(matmul_weights(self.draft.model) / self.target.layer_weights, self.target.tle_per_forward)

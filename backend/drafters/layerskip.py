@@ -18,7 +18,7 @@ import torch
 from backend.drafters.autoregressive import AutoregressiveSession
 from backend.drafters.base import DrafterCost
 from backend.errors import SpecScopeError
-from backend.kv import ForwardResult, cached_forward, new_cache
+from backend.kv import ForwardResult, cached_forward, new_cache, trim_cache
 from backend.models import LoadedModel, matmul_weights
 
 
@@ -45,6 +45,9 @@ class LayerSkipRunner:
     def forward(self, tokens: list[int], cache) -> ForwardResult:
         with self._first_layers():
             return cached_forward(self.model, tokens, cache, logits_to_keep=1)
+
+    def keep(self, cache, keep: int) -> None:
+        trim_cache(cache, keep)
 
 
 class LayerSkipDrafter:

@@ -1,10 +1,11 @@
-"""Batched decoding with ragged acceptance: every row equals its single-sequence greedy output."""
+"""Batched decoding with ragged acceptance: every row equals its single-sequence greedy output, on the
+eager path (masked slots over Hugging Face's cache) and the compiled one (per-row static lengths)."""
 
 from __future__ import annotations
 
 import pytest
 
-import backend.batch
+import backend.batch_cache
 from backend.batch import BatchEngine
 from backend.drafters import DrafterOptions, build_drafter
 from backend.engine import GenerationSettings, SpeculativeEngine
@@ -22,9 +23,9 @@ def single_outputs(engine: SpeculativeEngine, max_new: int) -> list[list[int]]:
     return [engine.generate(p, None, GenerationSettings(max_new, draft_len=0)).run().output_ids for p in PROMPTS]
 
 
-@pytest.fixture(scope="module")
-def engine(tiny):
-    return SpeculativeEngine(tiny.model, set(), 512)
+@pytest.fixture(scope="module", params=["off", "on"], ids=["eager", "compiled"])
+def engine(tiny, request):
+    return SpeculativeEngine(tiny.model, set(), 512, compile=request.param)
 
 
 @pytest.mark.parametrize("name", ["none", "ngram", "suffix", "layerskip", "draft-model"])
@@ -45,7 +46,7 @@ def test_rows_accept_different_counts_in_the_same_step(tiny, engine):
 
 
 def test_compaction_and_rows_that_finish_early(tiny, monkeypatch):
-    monkeypatch.setattr(backend.batch, "HOLES_BEFORE_COMPACTING", 1.0)  # compact after every step with holes
+    monkeypatch.setattr(backend.batch_cache, "HOLES_BEFORE_COMPACTING", 1.0)  # compact after every step with holes
     plain = SpeculativeEngine(tiny.model, set(), 512)
     reference = single_outputs(plain, 30)
     eos = reference[1][4]  # row 1 stops early on this token; others may too

@@ -80,6 +80,8 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
     result = cli("bench", "speed", "--suite", tiny_suite, "--target", tiny_folder, "--drafters", "ngram,suffix",
                  "--draft-lens", "2,auto", "--max-new-tokens", "16", "--json")
     report = json.loads(result.stdout.splitlines()[-1])
+    plain = report["summary"].pop("plain@0")
+    assert plain["compile"] == "off" and plain["tokens_per_s"] > 0 and plain["vs_hf_generate"] > 0
     assert set(report["summary"]) == {"ngram@2", "ngram@auto", "suffix@2", "suffix@auto", "hf-assisted@2"}
     for row in report["summary"].values():
         assert {"geomean_speedup_vs_plain", "geomean_speedup_vs_hf_assisted", "worst_category_speedup", "al",
@@ -93,6 +95,32 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
         assert row["al_ci_low"] <= row["al"] <= row["al_ci_high"]
     assert "AL by category (95% bootstrap CI" in result.stdout
     assert "it" in result.stderr or "run" in result.stderr  # the progress bar
+
+
+def test_a_disagreement_with_hugging_face_is_located_with_its_logit_margin(tiny):
+    from backend.bench import first_disagreement
+    from backend.engine import GenerationSettings
+    from backend.runner import Runner
+
+    plain = Runner(tiny).run(["w5 w9 w13 w5 w9"], None, GenerationSettings(max_new_tokens=12, draft_len=0))
+    ours = plain.turns[0].output_ids
+    assert first_disagreement(tiny, plain, [list(ours)]) is None
+    changed = [*ours[:3], (ours[3] + 1) % 60 + 4, *ours[4:]]
+    found = first_disagreement(tiny, plain, [changed])
+    assert (found["turn"], found["position"], found["ours"], found["theirs"]) == (0, 3, ours[3], changed[3])
+    assert found["margin"] > 0  # ours is the target's argmax there
+    assert first_disagreement(tiny, plain, [ours[:5]])["position"] == 5  # HF stopped early
+
+
+def test_bench_forward_times_eager_beside_compiled(tiny_folder):
+    result = cli("bench", "forward", "--target", tiny_folder, "--compile", "on", "--batch-sizes", "1",
+                 "--widths", "1,4", "--context", "20", "--repeats", "2", "--json")
+    report = json.loads(result.stdout.splitlines()[-1])
+    rows = {(r["mode"], r["batch_size"], r["tokens"]): r for r in report["results"]}
+    assert set(rows) == {(mode, 1, width) for mode in ("eager", "compiled") for width in (1, 4)}
+    assert all(r["ms"] > 0 for r in rows.values()) and rows[("compiled", 1, 1)]["vs_one_token"] == 1.0
+    assert set(report["plain_tps"]) == {"eager", "compiled"} and report["roofline_tps"] > 0
+    assert "compiled" in result.stdout and "vs T=1" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -17,22 +17,11 @@ from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.ngram import NgramDrafter
 from backend.engine import GenerationSettings, SpeculativeEngine
 from backend.verify import SamplingParams, Verdict, target_probs
-from tests.tiny import tiny_llama, tiny_tokenizer
 
 VOCAB = 12
 PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
 SAMPLES = 1500
 SIGNIFICANCE = 1e-3
-
-
-@pytest.fixture(scope="module")
-def pair():
-    tokenizer = tiny_tokenizer(VOCAB)
-    target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                        tokenizer=tokenizer)
-    draft = tiny_llama(seed=4, vocab_size=VOCAB, layers=1, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                       tokenizer=tokenizer)
-    return target, draft
 
 
 @torch.inference_mode()
@@ -45,8 +34,8 @@ def exact_joint(target, sampling: SamplingParams) -> torch.Tensor:
     return torch.stack([first[t] * next_probs(PROMPT + [t]) for t in range(VOCAB)])  # [V, V]
 
 
-def sampled_joint(target, drafter, sampling: SamplingParams, draft_len) -> torch.Tensor:
-    engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64)
+def sampled_joint(target, drafter, sampling: SamplingParams, draft_len, compile: str = "off") -> torch.Tensor:
+    engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(SAMPLES):
         # 3 new tokens: the first step drafts 2 (the cap leaves room for the target's own token)
@@ -89,12 +78,13 @@ def test_deterministic_drafts_sampling_matches_the_target(pair):
     assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
 
 
+def accept_all(probs, drafted, draft_probs, generator) -> Verdict:
+    """A broken rule: every draft accepted, whatever the target thinks of it."""
+    return Verdict(len(drafted), int(torch.multinomial(probs[len(drafted)], 1, generator=generator)))
+
+
 def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):
     target, draft = pair
-
-    def accept_all(probs, drafted, draft_probs, generator):
-        return Verdict(len(drafted), int(torch.multinomial(probs[len(drafted)], 1, generator=generator)))
-
     monkeypatch.setattr(backend.engine, "rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)

@@ -64,6 +64,34 @@ def test_generate_streams_start_steps_baseline_summary_and_stores_the_run(worker
     assert stored["steps"][0]["emitted_text"] and stored["turns"] == [PROMPT]
 
 
+def test_a_compiling_worker_says_so_then_stores_compiled_runs(tiny_folder, tmp_path):
+    compiling = WorkerProcess(tmp_path / "c.duckdb", tiny_folder, extra=["--compile", "on"])
+    try:
+        said = set()
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                health = httpx.get(compiling.url + "/health", timeout=2).json()
+            except httpx.TransportError:
+                time.sleep(0.1)
+                continue
+            said.add(health["warming"])
+            if health["status"] == "ready":
+                break
+            time.sleep(0.1)
+        assert health["status"] == "ready" and health["warming"] is None
+        assert f"{tiny_folder}: compiling the target's verify pass" in said
+        records = stream(compiling, "/generate", {"prompt": PROMPT, "drafter": "ngram", "draft_len": 3,
+                                                  "max_new_tokens": 20})
+        summary = records[-1]
+        stored = httpx.get(f"{compiling.url}/runs/{summary['run_id']}").json()
+        assert stored["compile"] == "on" and stored["status"] == "complete"
+        baseline = httpx.get(f"{compiling.url}/runs", params={"kind": "baseline"}).json()
+        assert [run["compile"] for run in baseline] == ["on"]  # the plain run it is compared with: same path
+    finally:
+        compiling.stop()
+
+
 def test_plain_run_is_reused_as_the_baseline(worker):
     body = {"prompt": "w30 w31 w32", "drafter": "suffix", "draft_len": 2, "max_new_tokens": 20}
     first = [r["type"] for r in stream(worker, "/generate", body)]

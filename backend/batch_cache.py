@@ -1,0 +1,103 @@
+"""The KV cache of a batch whose rows accept different numbers of drafts, in the two forms the
+engine's target passes take (target_passes.py).
+
+- `RaggedRows` (Hugging Face's forward, `--compile off`): one rectangular DynamicCache
+  [B, kv_heads, slots, head_dim] and a mask `valid` [B, slots]. Each pass appends K + 1 slots to every
+  row; a row's rejected drafts and padding are masked out rather than cropped (one row cannot be
+  cropped alone in a rectangular cache), the tail is cropped where no row needs it, and the cache is
+  compacted when masked slots pile up. Positions are explicit per row, so a hole never shifts RoPE.
+- `StaticRows` (the compiled fast path): a StaticKV with a length per row. Each row writes its new
+  tokens at its own length and keeps its accepted ones by moving that length: no holes, no
+  compaction, as vLLM's per-request sequence lengths over a paged cache (research notes §8.4).
+
+Both prefill prompts one by one (exactly the single-sequence computation; measured faster on the
+CPU than one padded pass) and hand each sequence its prompt's hidden states. Knows nothing about
+drafting or verification.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backend.engine import Sequence, SpeculativeEngine
+from backend.kv import ForwardResult, batched_forward, compact, select_rows, stack_caches, trim_cache
+
+HOLES_BEFORE_COMPACTING = 1.5  # compact once the cache is this many times the longest row's real tokens
+
+
+def rows_cache(engine: SpeculativeEngine, sequences: list[Sequence], hidden_layers: tuple[int, ...]):
+    """Prefill every sequence and start its drafter session; the batch's cache in the engine's form."""
+    rows = StaticRows if engine.compile == "on" else RaggedRows
+    return rows(engine, sequences, hidden_layers)
+
+
+def _prefill_each(engine: SpeculativeEngine, sequences: list[Sequence], hidden_layers: tuple[int, ...]) -> list:
+    caches = []
+    for sequence in sequences:
+        cache = engine.passes.new_cache(len(sequence.prompt_ids))
+        sequence.start(engine.prefill(sequence.prompt_ids[:-1], cache, hidden_layers))
+        caches.append(cache)
+    return caches
+
+
+class RaggedRows:
+    def __init__(self, engine: SpeculativeEngine, sequences: list[Sequence], hidden_layers: tuple[int, ...]) -> None:
+        self.model, self.device = engine.model, engine.device
+        caches = _prefill_each(engine, sequences, hidden_layers)
+        self.cache, self.valid = stack_caches(caches, engine.passes.new_cache(0), engine.device)
+        self._mask = self.valid
+
+    def forward(self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool) -> ForwardResult:
+        """inputs [B, W]: row i's first lengths[i] tokens are real, the rest padding."""
+        width = inputs.shape[1]
+        real = torch.tensor(lengths, device=self.device)[:, None]  # [B, 1]
+        new_valid = torch.arange(width, device=self.device)[None, :] < real  # [B, W]
+        positions = self.valid.sum(dim=1)[:, None] + torch.arange(width, device=self.device)[None, :]  # [B, W]
+        self._mask = torch.cat([self.valid, new_valid], dim=1)  # [B, slots + W]
+        return batched_forward(self.model, inputs, self._mask, positions, self.cache, want_hidden)
+
+    def accept(self, kept: list[int]) -> None:
+        """Row i keeps the first kept[i] of the slots the last pass added."""
+        slots = self.valid.shape[1]
+        for row, count in enumerate(kept):
+            self._mask[row, slots + count:] = False  # rejected drafts and padding stay masked
+        keep = slots + max(kept)
+        trim_cache(self.cache, keep)
+        self.valid = self._mask[:, :keep]
+
+    def select(self, rows: list[int]) -> None:
+        self.valid = select_rows(self.cache, self.valid, rows)
+
+    def tidy(self) -> None:
+        if self.valid.shape[1] > HOLES_BEFORE_COMPACTING * int(self.valid.sum(dim=1).max()):
+            self.valid = compact(self.cache, self.valid)
+
+
+class StaticRows:
+    def __init__(self, engine: SpeculativeEngine, sequences: list[Sequence], hidden_layers: tuple[int, ...]) -> None:
+        self.fast = engine.passes.fast
+        caches = _prefill_each(engine, sequences, hidden_layers)
+        longest = max(len(s.prompt_ids) for s in sequences)
+        room = max(s.max_new_tokens for s in sequences)
+        # a row's padding may reach past its own budget by another row's draft count (<= that row's budget)
+        self.cache = self.fast.new_cache(longest + 2 * room + 1, len(sequences))
+        for row, single in enumerate(caches):
+            length = single.get_seq_length()
+            for batch_layer, row_layer in zip(self.cache.keys + self.cache.values, single.keys + single.values,
+                                              strict=True):
+                batch_layer[row, :, :length] = row_layer[0, :, :length]
+            self.cache.lengths[row] = length
+        self._before = self.cache.lengths
+
+    def forward(self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool) -> ForwardResult:
+        self._before = self.cache.lengths
+        return self.fast.forward(inputs, self.cache)
+
+    def accept(self, kept: list[int]) -> None:
+        self.cache.keep(self._before + torch.tensor(kept, device=self._before.device))
+
+    def select(self, rows: list[int]) -> None:
+        self.cache.select_rows(rows)
+
+    def tidy(self) -> None:
+        """Nothing to do: rows never hold holes."""

@@ -1,0 +1,196 @@
+"""The target's forward pass written for speed: a static KV cache, fused projections, and
+`torch.compile` graphs, so verifying D drafts costs about what one token costs.
+
+Why not Hugging Face's forward: per pass it builds a mask, concatenates the cache, and dispatches ~40
+small operators per layer from Python; on a 2-core CPU that overhead is most of a pass (see
+docs/measurements/). Here a pass is one compiled graph (gpt-fast's recipe, gpt-fast/model.py): the
+decoder layers of a Llama-family model read from the Hugging Face module's own weights (norms,
+rotary embedding, embedding and LM head are its modules; q/k/v and gate/up are concatenated into one
+matrix each), keys and values go into `StaticKV` at each row's own length, and a query at position p
+attends to slots <= p. Graphs:
+
+- T = 1 (plain decoding and one-token drafts), and one graph for 2 <= T <= MAX_COMPILED_WIDTH with
+  the width symbolic, so every verify width shares it (no padding); batch size and cache capacity
+  are symbolic too. Wider passes (long prompts) run the same module uncompiled.
+- CPU: inductor with weight freezing (the weights become constants, packed once). The one-token graph
+  uses inductor's C++ GEMM template (max-autotune), whose AVX-512 micro-kernels read ~25 GB/s of
+  weights on this machine's AMD cores where MKL's fp32 GEMV reaches ~9; the verify graph uses oneDNN's
+  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY.
+- CUDA: inductor's default mode (fused kernels). CUDA graphs are not captured: they need the cache
+  as static module buffers, which this path does not use.
+
+Hidden states come back for every layer in Hugging Face's convention (index i < L: the input of
+layer i; index L: the final normed state), so the trained drafters read the same tensors as on the
+eager path. Knows nothing about drafting or verification.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from backend.kv import ForwardResult
+from backend.static_kv import StaticKV
+
+MAX_COMPILED_WIDTH = 32
+LLAMA_LIKE = ("llama", "mistral", "qwen2")
+torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a few graphs per model held
+# CPU settings per graph. One token: inductor's C++ GEMM template, tuned for M = 1 (~25 GB/s of weights).
+# Verify widths: oneDNN's packed GEMM, which freezing selects for a symbolic M and which stays near
+# 20 GB/s for M = 1..16 (MKL's falls to ~8 GB/s; the template, tuned at one M, degrades at others).
+CPU_ONE_TOKEN = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}
+CPU_VERIFY = {"freezing": True}
+
+
+def fast_path_reason(model: nn.Module) -> str | None:
+    """Why this model cannot take the fast path (None when it can)."""
+    config = model.config.get_text_config(decoder=True)
+    if config.model_type not in LLAMA_LIKE:
+        return f"the fast path covers {', '.join(LLAMA_LIKE)} models, not {config.model_type}"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "the fast path has no sliding-window attention"
+    layer = model.get_decoder().layers[0]
+    if hasattr(layer.self_attn, "q_norm") or not hasattr(layer.mlp, "gate_proj"):
+        return "the fast path covers Llama-shaped layers only"
+    return None
+
+
+def compiler_reason(device: torch.device) -> str | None:
+    """Why torch.compile cannot run here (None when it can): inductor's CPU code needs a C++ compiler."""
+    if device.type == "cpu" and shutil.which("g++") is None and shutil.which("c++") is None:
+        return "torch.compile needs a C++ compiler on the CPU (install g++)"
+    if device.type not in ("cpu", "cuda"):
+        return f"compilation is set up for CPU and CUDA, not {device.type}"
+    return None
+
+
+class _FusedLayer(nn.Module):
+    """One decoder layer: the Hugging Face layer's norms and MLP activation, its projections fused."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        attention, mlp = layer.self_attn, layer.mlp
+        self.input_norm = layer.input_layernorm
+        self.post_attention_norm = layer.post_attention_layernorm
+        self.qkv = _concatenated([attention.q_proj, attention.k_proj, attention.v_proj])
+        self.o_proj = attention.o_proj
+        self.gate_up = _concatenated([mlp.gate_proj, mlp.up_proj])
+        self.down_proj = mlp.down_proj
+        self.act = mlp.act_fn
+        self.head_dim = attention.head_dim
+        self.q_size = attention.q_proj.out_features
+        self.kv_size = attention.k_proj.out_features
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, visible: torch.Tensor,
+                rows: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        batch, width, _ = x.shape
+        q, k, v = self.qkv(self.input_norm(x)).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(batch, width, -1, self.head_dim).transpose(1, 2)  # [B, heads, T, hd]
+        k = k.view(batch, width, -1, self.head_dim).transpose(1, 2)  # [B, kv_heads, T, hd]
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        keys[rows, :, positions] = k.transpose(1, 2)  # [B, T, kv_heads, hd] into each row's slots
+        values[rows, :, positions] = v.view(batch, width, -1, self.head_dim)
+        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible,
+                                                  enable_gqa=True)  # [B, heads, T, hd]
+        x = x + self.o_proj(attended.transpose(1, 2).reshape(batch, width, -1))
+        gate, up = self.gate_up(self.post_attention_norm(x)).chunk(2, dim=-1)
+        return x + self.down_proj(self.act(gate) * up)
+
+
+class _FusedModel(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        decoder = model.get_decoder()
+        self.embed = decoder.embed_tokens
+        self.rotary = decoder.rotary_emb
+        self.layers = nn.ModuleList(_FusedLayer(layer) for layer in decoder.layers)
+        self.norm = decoder.norm
+        self.lm_head = model.get_output_embeddings()
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor, keys: list[torch.Tensor],
+                values: list[torch.Tensor], last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids [B, T] at slots lengths[b] + t. Returns logits [B, T, V] ([B, 1, V] with last_only) and
+        hidden [L+1, B, T, H]."""
+        batch, width = ids.shape
+        positions = lengths[:, None] + torch.arange(width, device=ids.device)[None, :]  # [B, T]
+        slots = torch.arange(keys[0].shape[2], device=ids.device)  # [S]
+        visible = (slots[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, S]
+        rows = torch.arange(batch, device=ids.device)[:, None].expand(batch, width)  # [B, T]
+        x = self.embed(ids)  # [B, T, H]
+        cos, sin = self.rotary(x, positions)  # [B, T, hd] each
+        hidden = []
+        for layer, layer_keys, layer_values in zip(self.layers, keys, values, strict=True):
+            hidden.append(x)
+            x = layer(x, cos, sin, visible, rows, positions, layer_keys, layer_values)
+        x = self.norm(x)
+        hidden.append(x)
+        return self.lm_head(x[:, -1:] if last_only else x).float(), torch.stack(hidden)
+
+
+class FastForward:
+    """Passes of one Llama-family target over a StaticKV; `compiled` picks torch.compile graphs."""
+
+    def __init__(self, model: nn.Module, compiled: bool) -> None:
+        reason = fast_path_reason(model)
+        if reason:
+            raise ValueError(reason)
+        config = model.config.get_text_config(decoder=True)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.layers = config.num_hidden_layers
+        self.kv_heads = config.num_key_value_heads or config.num_attention_heads
+        self.head_dim = model.get_decoder().layers[0].self_attn.head_dim
+        self.module = _FusedModel(model).eval()
+        self.compiled = compiled
+        self._graphs: Callable = torch.compile(self.module) if compiled else self.module
+        # inductor reads freezing outside torch.compile's `options`, so the settings are patched around each
+        # call (a graph compiles at its first call); on CUDA the defaults stand
+        on_cpu = compiled and self.device.type == "cpu"
+        self._settings = {1: CPU_ONE_TOKEN if on_cpu else {}, 2: CPU_VERIFY if on_cpu else {}}
+
+    def new_cache(self, capacity: int, batch: int = 1) -> StaticKV:
+        return StaticKV.allocate(self.layers, batch, self.kv_heads, capacity, self.head_dim, self.dtype, self.device)
+
+    @torch.no_grad()
+    def forward(self, ids: torch.Tensor, cache: StaticKV, last_only: bool = False) -> ForwardResult:
+        """ids [B, T] after each row's cached tokens; the rows' lengths grow by T. Returns logits
+        [B, T, V] float32 (with last_only, at least the last position's) and the hidden states per
+        layer index, each [B, T, H]."""
+        width = ids.shape[1]
+        if cache.room() < width:
+            raise ValueError(f"the static cache holds {cache.capacity} slots: no room for {width} more")
+        if width > MAX_COMPILED_WIDTH:  # a long prompt, uncompiled: no logits for positions nobody reads
+            logits, hidden = self.module(ids, cache.lengths, cache.keys, cache.values, last_only)
+        else:
+            if width > 1:  # one graph for every verify width
+                torch._dynamo.mark_dynamic(ids, 1, min=2, max=MAX_COMPILED_WIDTH)
+            torch._dynamo.maybe_mark_dynamic(ids, 0)  # and one for every batch size above 1
+            with torch._inductor.config.patch(self._settings[min(width, 2)]):
+                logits, hidden = self._graphs(ids, cache.lengths, cache.keys, cache.values)
+        cache.lengths = cache.lengths + width
+        return ForwardResult(logits, tuple(hidden.unbind(0)))
+
+
+def _concatenated(linears: list[nn.Linear]) -> nn.Linear:
+    """One Linear computing several (same input) side by side: one GEMM instead of several."""
+    first = linears[0]
+    fused = nn.Linear(first.in_features, sum(lin.out_features for lin in linears), bias=first.bias is not None,
+                      device=first.weight.device, dtype=first.weight.dtype)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([lin.weight for lin in linears]))
+        if first.bias is not None:
+            fused.bias.copy_(torch.cat([lin.bias for lin in linears]))
+    fused.requires_grad_(False)
+    return fused
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on x [B, heads, T, hd] with cos/sin [B, T, hd], halves rotated as in Hugging Face's Llama."""
+    cos, sin = cos[:, None], sin[:, None]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin

@@ -1,0 +1,124 @@
+"""How the engine runs its target: Hugging Face's own forward over a growing cache (every
+architecture; `--compile off`), or the fast path of fast_forward.py (static cache, compiled graphs;
+Llama-family models; `--compile on`). Both give the engine the same four calls: a cache for a request,
+prefill, a pass of new tokens, and keeping the first n cached positions. `auto` takes the fast path
+where the model and machine allow it.
+
+Knows nothing about drafting or verification.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+from transformers import DynamicCache
+
+from backend.errors import SpecScopeError
+from backend.fast_forward import MAX_COMPILED_WIDTH, FastForward, compiler_reason, fast_path_reason
+from backend.kv import ForwardResult, cached_forward, new_cache, prepare_for_rollback, trim_cache
+from backend.static_kv import StaticKV
+
+COMPILE_CHOICES = ("auto", "on", "off")
+WARM_UP_WIDTHS = (8, 1)  # the verify graph (every width 2..32), then the one-token graph
+
+
+class EagerPasses:
+    """Hugging Face's forward over a DynamicCache: any causal LM transformers can run."""
+
+    compile = "off"
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def new_cache(self, capacity: int) -> DynamicCache:
+        return new_cache(self.model)
+
+    def prefill(self, tokens: list[int], cache: DynamicCache, want_hidden: bool) -> ForwardResult | None:
+        result = cached_forward(self.model, tokens, cache, want_hidden, logits_to_keep=1) if tokens else None
+        prepare_for_rollback(cache)
+        return result
+
+    def forward(self, tokens: list[int], cache: DynamicCache, want_hidden: bool,
+                last_only: bool = False) -> ForwardResult:
+        """Logits of every new position, or (last_only) of the last one."""
+        return cached_forward(self.model, tokens, cache, want_hidden, logits_to_keep=1 if last_only else 0)
+
+    def keep(self, cache: DynamicCache, keep: int) -> None:
+        trim_cache(cache, keep)
+
+    def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
+        """A short prefill and a few steps, so the first request does not pay for the kernels' first use."""
+        cache = self.new_cache(0)
+        self.prefill([0] * 64, cache, False)
+        for _ in range(3):
+            self.forward([0, 0], cache, False)
+
+
+class CompiledPasses:
+    """The fast path: a static cache and compiled graphs (see fast_forward.py)."""
+
+    compile = "on"
+
+    def __init__(self, model) -> None:
+        self.fast = FastForward(model, compiled=True)
+
+    def new_cache(self, capacity: int) -> StaticKV:
+        return self.fast.new_cache(capacity)
+
+    def prefill(self, tokens: list[int], cache: StaticKV, want_hidden: bool) -> ForwardResult | None:
+        return self.forward(tokens, cache, want_hidden, last_only=True) if tokens else None
+
+    def forward(self, tokens: list[int], cache: StaticKV, want_hidden: bool, last_only: bool = False) -> ForwardResult:
+        """Logits of every new position (with last_only, at least the last one's: the compiled widths
+        return all)."""
+        if cache.room() < len(tokens):  # a drafter's cache, sized before its request's length was known
+            cache.grow(len(tokens))
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.fast.device)  # [1, T]
+        result = self.fast.forward(ids, cache, last_only)
+        return ForwardResult(result.logits[0], tuple(h[0] for h in result.hidden) if want_hidden else None)
+
+    def keep(self, cache: StaticKV, keep: int) -> None:
+        cache.keep(keep)
+
+    def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
+        """Compile the graphs now, single-sequence ones, and with `batched` those for batches of two or
+        more rows (each a minute or two on a small CPU)."""
+        for rows in (1, 2) if batched else (1,):
+            for width in WARM_UP_WIDTHS:
+                if progress:
+                    kind = "one-token" if width == 1 else "verify"
+                    progress(f"compiling the target's {kind} pass" + (" for batches" if rows > 1 else ""))
+                ids = torch.zeros(rows, width, dtype=torch.long, device=self.fast.device)  # [B, T]
+                self.fast.forward(ids, self.fast.new_cache(2 * MAX_COMPILED_WIDTH, rows))
+
+
+def resolve_compile(model, choice: str) -> tuple[str, str | None]:
+    """('on' | 'off', why it is off where `auto` turned it off). `on` where impossible is an error."""
+    if choice not in COMPILE_CHOICES:
+        raise SpecScopeError(f"unknown compile choice '{choice}': use {', '.join(COMPILE_CHOICES)}")
+    if choice == "off":
+        return "off", None
+    reason = fast_path_reason(model) or compiler_reason(next(model.parameters()).device)
+    if reason and choice == "on":
+        raise SpecScopeError(f"--compile on is not possible for this target: {reason}")
+    return ("off", reason) if reason else ("on", None)
+
+
+def compile_mode(model, choice: str) -> str:
+    """"on" or "off": what `choice` (auto | on | off) comes to for this model here."""
+    return resolve_compile(model, choice)[0]
+
+
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its CompiledPasses
+
+
+def target_passes(model, choice: str = "off") -> EagerPasses | CompiledPasses:
+    """The passes for this model; compiled graphs are built once per model and shared by its engines."""
+    mode, _ = resolve_compile(model, choice)
+    if mode == "off":
+        return EagerPasses(model)
+    if model not in _COMPILED:
+        _COMPILED[model] = CompiledPasses(model)
+    return _COMPILED[model]
