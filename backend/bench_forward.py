@@ -23,7 +23,7 @@ from backend.bench import device_clock as _clock
 from backend.engine import GenerationSettings, SpeculativeEngine
 from backend.kv import batched_forward, cached_forward, new_cache, stack_caches, trim_cache
 from backend.models import LoadedModel
-from backend.target_passes import CompiledPasses, target_passes
+from backend.target_passes import target_passes
 
 WIDTHS = (1, 2, 4, 8, 16, 32)
 MODES = {"eager": "off", "compiled": "on"}
@@ -34,7 +34,8 @@ def forward_benchmark(target: LoadedModel, modes: list[str], batch_sizes: list[i
                       progress: Callable[[str], None] = lambda label: None, seed: int = 0) -> dict:
     torch.manual_seed(seed)
     vocab = target.model.config.get_text_config(decoder=True).vocab_size
-    runners = {(mode, size): _pass_runner(target, mode, size, context, vocab) for mode in modes for size in batch_sizes}
+    runners = {(mode, size): _pass_runner(target, mode, size, context, vocab, max(widths))
+               for mode in modes for size in batch_sizes}
     for key, run in runners.items():  # compiles, and warms every width
         progress(f"warming {key[0]} B={key[1]}")
         for width in widths:
@@ -82,15 +83,14 @@ def memory_bandwidth(device: torch.device, megabytes: int = 512) -> float:
     return data.numel() * 4 / best / 1e9
 
 
-def _pass_runner(target: LoadedModel, mode: str, batch_size: int, context: int, vocab: int) -> Callable[[int], float]:
+def _pass_runner(target: LoadedModel, mode: str, batch_size: int, context: int, vocab: int,
+                 widest: int) -> Callable[[int], float]:
     """A function timing one pass of `width` new tokens per row on `context` cached ones, then rolling back."""
     model, device = target.model, target.device
     prompt = torch.randint(0, vocab, (batch_size, context), device=device)  # [B, context]
     if MODES[mode] == "on":
-        passes = target_passes(model, "on")
-        assert isinstance(passes, CompiledPasses)
-        fast = passes.fast
-        cache = fast.new_cache(context + max(WIDTHS) + 1, batch_size)
+        fast = target_passes(model, "on").fast
+        cache = fast.new_cache(context + widest + 1, batch_size)
         fast.forward(prompt, cache)
 
         def run(width: int) -> float:

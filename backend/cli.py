@@ -291,11 +291,13 @@ def _load_target(args: argparse.Namespace):
 
 def warm_up_target(target) -> None:
     """Build the target's compiled graphs now, saying so on stderr (a minute or more on a small CPU)."""
-    from backend.target_passes import target_passes
+    from backend.target_passes import compile_mode, prepare
 
-    passes = target_passes(target.model, target.compile)
-    if passes.compile == "on":
-        passes.warm_up(lambda message: print(f"{message} (once per process) ...", file=sys.stderr, flush=True))
+    def say(message: str) -> None:
+        print(f"{message} (once per process) ...", file=sys.stderr, flush=True)
+
+    if compile_mode(target.model, target.compile) == "on":
+        target.compile = prepare(target.model, target.compile, say)
 
 
 def _quiet_libraries() -> None:

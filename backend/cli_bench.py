@@ -18,7 +18,7 @@ def format_speed_table(report: dict) -> str:
     lines = [f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s (compile "
              f"{plain['compile']}); engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
              f"(HF greedy equal to ours on {report['hf_generate_lossless']})", ""]
-    for where in report["hf_generate_disagreements"]:
+    for where in reversed(report["hf_generate_disagreements"]):  # inserted one by one: reversed keeps the order
         lines.insert(1, f"  HF greedy differs on question {where['question_id']} ({where['category']}): turn "
                         f"{where.get('turn')}, token {where.get('position')}, ours {where.get('ours')} vs HF's "
                         f"{where.get('theirs')}, logit margin {where.get('margin')}")
@@ -93,10 +93,12 @@ def bench_speed(args: argparse.Namespace) -> int:
 
 def bench_forward(args: argparse.Namespace) -> int:
     from backend.bench_forward import forward_benchmark
+    from backend.fast_forward import MAX_COMPILED_WIDTH
     from backend.target_passes import compile_mode
 
-    if max(args.widths) > 32 or args.context < 1 or args.repeats < 1:
-        raise SpecScopeError("widths go up to 32 new tokens, and --context and --repeats must be at least 1")
+    if max(args.widths) > MAX_COMPILED_WIDTH or args.context < 1 or args.repeats < 1:
+        raise SpecScopeError(f"widths go up to {MAX_COMPILED_WIDTH} new tokens, and --context and --repeats must "
+                             "be at least 1")
     target = _load_target(args)
     modes = ["eager", "compiled"] if compile_mode(target.model, target.compile) == "on" else ["eager"]
     report = forward_benchmark(target, modes, args.batch_sizes, tuple(args.widths), args.context, args.repeats,

@@ -18,6 +18,7 @@ import torch
 from backend.drafters import DrafterOptions, build_drafter
 from backend.drafters.base import Drafter
 from backend.models import LoadedModel, load_model
+from backend.target_passes import prepare
 
 
 def model_bytes(model: LoadedModel) -> int:
@@ -40,6 +41,7 @@ class ModelCache:
         self._lock = threading.Lock()  # guards the dicts; never held while loading
         self._load_lock = threading.Lock()  # one load at a time
         self.loading: str | None = None
+        self.warming: str | None = None  # what is being compiled, while a load warms its model
 
     def get(self, spec: str) -> LoadedModel:
         """The loaded model for a spec, loading it (and evicting others) if needed."""
@@ -54,8 +56,12 @@ class ModelCache:
             try:
                 model = self.loader(spec, device=self.device, dtype=self.dtype,
                                     allow_remote_code=self.allow_remote_code, compile=self.compile)
+                # compiled (or first-used) here, so no request's timed decoding pays for it
+                model.compile = prepare(model.model, model.compile,
+                                        lambda message: setattr(self, "warming", f"{spec}: {message}"))
             finally:
                 self.loading = None
+                self.warming = None
             with self._lock:
                 self._models[spec] = model
                 self._evict(keep=spec)

@@ -39,10 +39,6 @@ class StaticKV:
     def capacity(self) -> int:
         return self.keys[0].shape[2]
 
-    @property
-    def batch_size(self) -> int:
-        return self.keys[0].shape[0]
-
     def get_seq_length(self, row: int = 0) -> int:
         return int(self.lengths[row])
 

@@ -127,6 +127,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     """),
     (3, """
         ALTER TABLE runs ADD COLUMN compile VARCHAR;  -- on | off: the target's passes compiled or eager
+        ALTER TABLE sweep_points ADD COLUMN compile VARCHAR;
     """),
 ]
 
@@ -154,6 +155,7 @@ SWEEP_POINT_COLUMNS = [
     "sweep_id", "drafter", "draft_len", "batch_size", "category", "split", "prompts", "new_tokens", "wall_s",
     "throughput_tps", "decode_throughput_tps", "interactivity_tps", "ttft_s", "al", "al_ci_low", "al_ci_high",
     "acceptance_rate", "histogram", "survival", "conditional", "draft_s_mean", "verify_s_mean", "rho", "lossless",
+    "compile",
 ]
 FINAL_FIELDS = {"status", "finished_at", "new_tokens", "al", "acceptance_rate", "tokens_per_s", "decode_s",
                 "prefill_s", "baseline_tokens_per_s", "output_text", "finish_reason", "error", "prompt_tokens"}
@@ -296,7 +298,8 @@ class RunStore:
         with self._lock:
             row = self._db.execute(
                 """SELECT tokens_per_s FROM runs
-                   WHERE status = 'complete' AND draft_len = '0' AND target_fingerprint = ? AND turns = ?::JSON
+                   WHERE status = 'complete' AND draft_len = '0' AND kind <> 'sweep' AND target_fingerprint = ?
+                     AND turns = ?::JSON
                      AND max_new_tokens = ? AND temperature = ? AND device = ? AND compile = ?
                    ORDER BY created_at DESC LIMIT 1""",
                 [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device, compile],

@@ -111,6 +111,27 @@ def compile_mode(model, choice: str) -> str:
     return resolve_compile(model, choice)[0]
 
 
+def prepare(model, choice: str, progress: Callable[[str], None] | None = None) -> str:
+    """Build and warm the passes for `choice` (compiling now where it is on); returns the choice the
+    model's engines should use: `choice`, or "off" where `auto` met a compilation that fails here (an
+    inductor or C++ build error), which `progress` is told. With `on`, such a failure is an error."""
+    passes = target_passes(model, choice)
+    try:
+        passes.warm_up(progress)
+    except Exception as error:  # torch.compile fails in many ways (compiler, memory, unsupported op)
+        if passes.compile == "off":
+            raise
+        _COMPILED.pop(model, None)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        if choice == "on":
+            raise SpecScopeError(f"compiling the target's passes failed: {reason}") from error
+        if progress:
+            progress(f"compiling failed ({reason}); using the eager forward")
+        target_passes(model, "off").warm_up(progress)
+        return "off"
+    return choice
+
+
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its CompiledPasses
 
 

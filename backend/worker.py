@@ -22,7 +22,6 @@ import math
 import os
 import secrets
 import threading
-from collections.abc import Callable
 from datetime import datetime
 from typing import Literal
 
@@ -38,10 +37,9 @@ from backend.errors import SpecScopeError
 from backend.jobs import Job, Scheduler
 from backend.live import LaneSpec, LiveService, RunRequest
 from backend.model_cache import ModelCache
-from backend.models import DEFAULT_SPEC, LoadedModel, config_facts
+from backend.models import DEFAULT_SPEC, config_facts
 from backend.policy import MAX_DRAFT_LEN, make_policy
 from backend.store import RunStore
-from backend.target_passes import target_passes
 from backend.verify import SamplingParams
 
 MAX_PROMPT_CHARS = 60_000
@@ -177,18 +175,17 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                         settings.allow_remote_code, compile=settings.compile)
     service = LiveService(models, store, settings.default_target)
     scheduler = Scheduler(service.execute)  # LiveService.execute dispatches on the job kind
-    state = {"preload_error": None, "warm": set(), "warming": None}
+    state = {"preload_error": None, "warm": set()}
 
     def preload() -> None:
         for spec in settings.preload:
             try:
-                target = models.get(spec)
-                warm_up(target, lambda message, spec=spec: state.update(warming=f"{spec}: {message}"))
+                models.get(spec)  # loads, and compiles or warms the target's passes
                 state["warm"].add(spec)
             except SpecScopeError as error:
                 state["preload_error"] = str(error)
-            finally:
-                state["warming"] = None
+            except Exception as error:  # noqa: BLE001 - the dashboard must hear why, not wait forever
+                state["preload_error"] = f"loading {spec} failed: {type(error).__name__}: {error}"
 
     threading.Thread(target=preload, name="preload", daemon=True).start()
 
@@ -219,7 +216,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     def health() -> dict:
         loaded = models.loaded()
         ready = set(settings.preload) <= state["warm"] or state["preload_error"] is not None
-        return {"status": "ready" if ready else "loading", "loading": models.loading, "warming": state["warming"],
+        return {"status": "ready" if ready else "loading", "loading": models.loading, "warming": models.warming,
                 "loaded": loaded,
                 "error": state["preload_error"], "default_target": settings.default_target,
                 "device": settings.device, "queue_length": scheduler.queue_length,
@@ -321,12 +318,6 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     app.state.store = store
     app.state.models = models
     return app
-
-
-def warm_up(model: LoadedModel, progress: Callable[[str], None] | None = None) -> None:
-    """Compile the target's graphs (with `compile` on), or run a short pass, so the first user's request
-    does not pay for compilation or the kernels' first use. `progress` hears what is being done."""
-    target_passes(model.model, model.compile).warm_up(progress)
 
 
 def _clean(row: dict) -> dict:

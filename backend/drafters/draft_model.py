@@ -13,7 +13,7 @@ from backend.drafters.autoregressive import AutoregressiveSession
 from backend.drafters.base import DrafterCost
 from backend.kv import ForwardResult
 from backend.models import LoadedModel, check_same_tokenizer, matmul_weights
-from backend.target_passes import target_passes
+from backend.target_passes import compile_mode, target_passes
 
 
 class DraftModelRunner:
@@ -21,9 +21,10 @@ class DraftModelRunner:
     where the target's passes are compiled and the draft's architecture allows it."""
 
     def __init__(self, draft: LoadedModel, vocab_size: int, compile: str = "off") -> None:
+        """compile: the target's resolved mode, "on" or "off"."""
         self.draft = draft
         self.vocab_size = vocab_size
-        self.passes = target_passes(draft.model, "auto" if compile == "on" else compile)
+        self.passes = target_passes(draft.model, "auto" if compile == "on" else "off")
         self.passes.warm_up()  # compiled here, so no request's draft time pays for it
 
     def new_cache(self):
@@ -45,7 +46,7 @@ class DraftModelDrafter:
         check_same_tokenizer(target, draft)
         self.target = target
         self.draft = draft
-        self.runner = DraftModelRunner(draft, target.facts.vocab_size, target.compile)
+        self.runner = DraftModelRunner(draft, target.facts.vocab_size, compile_mode(target.model, target.compile))
 
     def cost(self) -> DrafterCost:
         return DrafterCost(matmul_weights(self.draft.model) / self.target.layer_weights, self.target.tle_per_forward)

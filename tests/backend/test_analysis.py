@@ -101,3 +101,11 @@ def test_newest_per_config_keeps_the_first_of_each():
               {"drafter": "ngram", "draft_len": "4", "batch_size": 1, "sweep": "old"},
               {"drafter": "ngram", "draft_len": "4", "batch_size": 2, "sweep": "old"}]
     assert [p["sweep"] for p in newest_per_config(points)] == ["new", "old"]
+
+
+def test_newest_per_config_keeps_the_newest_points_path_only():
+    """A compiled drafter point must not meet an eager baseline from another sweep."""
+    points = [{"drafter": "ngram", "draft_len": 4, "batch_size": 1, "compile": "on", "sweep": "new"},
+              {"drafter": "none", "draft_len": 0, "batch_size": 1, "compile": "off", "sweep": "old"},
+              {"drafter": "none", "draft_len": 0, "batch_size": 1, "compile": "on", "sweep": "older"}]
+    assert [p["sweep"] for p in newest_per_config(points)] == ["new", "older"]

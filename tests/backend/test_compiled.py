@@ -16,10 +16,11 @@ from backend.errors import SpecScopeError
 from backend.fast_forward import FastForward
 from backend.kv import cached_forward, new_cache, trim_cache
 from backend.static_kv import StaticKV
-from backend.target_passes import compile_mode, resolve_compile
+from backend.target_passes import CompiledPasses, compile_mode, prepare, resolve_compile
 from backend.verify import SamplingParams
 from tests.backend.test_engine import PROMPT, ScriptedDrafter, hf_greedy
 from tests.backend.test_sampling import SETTINGS, SIGNIFICANCE, accept_all, exact_joint, goodness_of_fit, sampled_joint
+from tests.tiny import tiny_llama
 
 
 def generate(model, drafter, draft_len, max_new_tokens: int = 40, compile: str = "on", prompt=PROMPT):
@@ -57,7 +58,7 @@ def test_the_static_cache_rolls_back_by_length_and_refuses_to_overflow():
     cache.keep(torch.tensor([8, 20, 1]))
     assert cache.lengths.tolist() == [8, 20, 1]
     with pytest.raises(ValueError, match="cannot keep"):
-        cache.keep(9)  # more than row 1 holds... row 0 holds 8
+        cache.keep(9)  # more than row 0 holds (8)
     cache.select_rows([2, 0])
     assert cache.lengths.tolist() == [1, 8] and cache.keys[0].shape[0] == 2
 
@@ -134,6 +135,21 @@ def test_the_sampling_check_still_catches_a_broken_rule_when_compiled(pair, monk
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3, compile="on")
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
+
+
+def test_a_compilation_that_fails_falls_back_to_eager_under_auto_only(monkeypatch):
+    model = tiny_llama(seed=7, layers=1).model  # a model of its own: its compiled passes are not shared
+
+    def broken(self, progress=None, batched=False):
+        raise RuntimeError("C++ compile failed\nmore detail")
+
+    monkeypatch.setattr(CompiledPasses, "warm_up", broken)
+    said = []
+    assert prepare(model, "auto", said.append) == "off"
+    assert said[0] == "compiling failed (C++ compile failed); using the eager forward"
+    with pytest.raises(SpecScopeError, match="compiling the target's passes failed: C\\+\\+ compile failed"):
+        prepare(model, "on")
+    assert prepare(model, "off") == "off"
 
 
 def test_compile_choices_resolve_per_model(tiny, monkeypatch):
