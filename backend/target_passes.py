@@ -84,14 +84,22 @@ class CompiledPasses:
 
     def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
         """Compile the graphs now, single-sequence ones, and with `batched` those for batches of two or
-        more rows (each a minute or two on a small CPU)."""
+        more rows (each a minute or two on a small CPU); then run every width once, since oneDNN builds
+        a kernel for each new row count on its first use (~0.1 s each, which a timed step would pay)."""
         for rows in (1, 2) if batched else (1,):
             for width in WARM_UP_WIDTHS:
                 if progress:
                     kind = "one-token" if width == 1 else "verify"
                     progress(f"compiling the target's {kind} pass" + (" for batches" if rows > 1 else ""))
-                ids = torch.zeros(rows, width, dtype=torch.long, device=self.fast.device)  # [B, T]
-                self.fast.forward(ids, self.fast.new_cache(2 * MAX_COMPILED_WIDTH, rows))
+                self._run_once(rows, width)
+            if progress:
+                progress("first use of every verify width")
+            for width in range(2, MAX_COMPILED_WIDTH + 1):
+                self._run_once(rows, width)
+
+    def _run_once(self, rows: int, width: int) -> None:
+        ids = torch.zeros(rows, width, dtype=torch.long, device=self.fast.device)  # [B, T]
+        self.fast.forward(ids, self.fast.new_cache(2 * MAX_COMPILED_WIDTH, rows))
 
 
 def resolve_compile(model, choice: str) -> tuple[str, str | None]:
