@@ -165,7 +165,7 @@ def test_hover_a_point_on_the_pareto_page(browser_page, e2e_worker):
     assert records[-1]["type"] == "sweep"
     page = browser_page
     page.get_by_role("link", name="Pareto").click()
-    page.get_by_text("Throughput vs interactivity").wait_for()
+    page.get_by_text("Throughput vs interactivity", exact=True).wait_for()  # the heading, not the chart title
     chart = page.locator(".js-plotly-plot").first
     points = chart.locator(".scatterlayer .trace .points path")
     points.first.wait_for()
