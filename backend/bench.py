@@ -16,7 +16,6 @@ Knows nothing about printing; the CLI formats what `speed_benchmark` returns.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,7 +23,7 @@ import torch
 
 from backend.analysis import bootstrap_al_ci
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings
+from backend.engine import GenerationSettings, device_clock
 from backend.metrics import acceptance_stats, geomean, speedup
 from backend.models import LoadedModel
 from backend.prompts import Question
@@ -58,13 +57,6 @@ def hf_generate(target: LoadedModel, prompt_ids: list[int], max_new_tokens: int,
     output = model.generate(inputs, **kwargs)
     seconds = device_clock(target.device) - started
     return output[0, len(prompt_ids):].tolist(), seconds
-
-
-def device_clock(device: torch.device) -> float:
-    """Wall time, after waiting for queued GPU work so timings are real."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def speed_benchmark(target: LoadedModel, questions: list[Question], drafters: list[str],

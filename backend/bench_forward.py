@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import torch
 
-from backend.bench import device_clock as _clock
 from backend.engine import GenerationSettings, SpeculativeEngine
+from backend.engine import device_clock as _clock
 from backend.kv import batched_forward, cached_forward, new_cache, stack_caches, trim_cache
 from backend.models import LoadedModel
 from backend.target_passes import target_passes

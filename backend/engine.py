@@ -298,7 +298,11 @@ class SpeculativeEngine:
         return {layer: result.hidden[layer] for layer in hidden_layers} if result is not None else {}
 
     def clock(self) -> float:
-        """Wall time, after waiting for queued GPU work so timings are real."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
+        return device_clock(self.device)
+
+
+def device_clock(device: torch.device) -> float:
+    """Wall time, after waiting for queued GPU work so timings are real."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
