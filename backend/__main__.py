@@ -1,5 +1,5 @@
-"""`python -m backend` entry point; the commands live in backend/cli.py."""
+"""`python -m backend` entry point; the commands live in backend/cli/main.py."""
 
-from backend.cli import main
+from backend.cli.main import main
 
 raise SystemExit(main())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend.client import WorkerError
+from backend.serving.client import WorkerError
 from ui import charts, connection, forms
 
 worker = connection.client()

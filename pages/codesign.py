@@ -1,7 +1,7 @@
 """Co-design: the seed article's draft-length rules for the chosen target (G, D = 128/G - 1, the
 ladder where G x (1 + D) fills 128-wide tiles), the predicted speedup AL(D)/(1 + ρD) from measured AL
 and ρ drawn with the measured speedup, the best D per batch size, and the choice exported as vLLM,
-SGLang and TensorRT-LLM settings. The analysis is backend/codesign.py's, served by the worker."""
+SGLang and TensorRT-LLM settings. The analysis is backend/lab/codesign.py's, served by the worker."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from backend.client import WorkerError
+from backend.serving.client import WorkerError
 from ui import charts, connection, forms
 
 worker = connection.client()

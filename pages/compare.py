@@ -9,7 +9,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from backend.client import WorkerError
+from backend.serving.client import WorkerError
 from ui import charts, connection, forms, tokens
 
 worker = connection.client()

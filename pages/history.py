@@ -9,7 +9,7 @@ from datetime import datetime, time, timedelta
 import pandas as pd
 import streamlit as st
 
-from backend.client import WorkerError
+from backend.serving.client import WorkerError
 from ui import connection
 
 worker = connection.client()

@@ -7,8 +7,8 @@ import time
 
 import streamlit as st
 
-from backend.client import WorkerError
-from backend.metrics import summary
+from backend.core.metrics import summary
+from backend.serving.client import WorkerError
 from ui import charts, connection, forms, tokens
 
 worker = connection.client()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend.analysis import matched_interactivity, newest_per_config, pareto_frontier
-from backend.client import WorkerError
+from backend.lab.analysis import matched_interactivity, newest_per_config, pareto_frontier
+from backend.serving.client import WorkerError
 from ui import charts, connection, forms
 
 worker = connection.client()

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from backend.store import RunStore  # noqa: E402
+from backend.lab.store import RunStore  # noqa: E402
 from tests.workers import WorkerProcess, free_port  # noqa: E402
 
 PAGES = {"pages/acceptance.py": ("Acceptance", "AL vs D"), "pages/pareto.py": ("Pareto", "Throughput vs interactivity"),

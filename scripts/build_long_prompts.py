@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase  # noqa: E402
 
-from backend.models import embedded_default_path  # noqa: E402
-from backend.prompts import DEFAULT_SUITE, SUITE_DIR, Question, encode_conversation, load_suite  # noqa: E402
-from backend.sweep import LONG_FROM  # noqa: E402
+from backend.core.models import embedded_default_path  # noqa: E402
+from backend.lab.prompts import DEFAULT_SUITE, SUITE_DIR, Question, encode_conversation, load_suite  # noqa: E402
+from backend.lab.sweep import LONG_FROM  # noqa: E402
 
 LONG_SUITE = SUITE_DIR / "specscope_long.jsonl"
 MAX_TOKENS = 4000

@@ -27,11 +27,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.batch import BatchEngine  # noqa: E402
+from backend.core.batch import BatchEngine  # noqa: E402
+from backend.core.engine import GenerationSettings, SpeculativeEngine  # noqa: E402
+from backend.core.kv import batched_forward, new_cache, stack_caches  # noqa: E402
+from backend.core.models import LoadedModel  # noqa: E402
 from backend.drafters import build_drafter  # noqa: E402
-from backend.engine import GenerationSettings, SpeculativeEngine  # noqa: E402
-from backend.kv import batched_forward, new_cache, stack_caches  # noqa: E402
-from backend.models import LoadedModel  # noqa: E402
 
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5,

@@ -41,6 +41,6 @@ def pair():
 
 @pytest.fixture(scope="session")
 def default_model():
-    from backend.models import load_model
+    from backend.core.models import load_model
 
     return load_model("default")

@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from backend.models import LoadedModel
+from backend.core.models import LoadedModel
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<user>' if m['role'] == 'user' else '<bot>' }} {{ m['content'] }} {% endfor %}"

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from backend.metrics import acceptance_stats
+from backend.core.metrics import acceptance_stats
 
 
 def step_times_figure(steps: list[dict]) -> go.Figure:
@@ -24,7 +24,7 @@ def step_times_figure(steps: list[dict]) -> go.Figure:
 
 
 def as_steps(records: list[dict]) -> list[SimpleNamespace]:
-    """Step records (dicts from the worker) as objects backend.metrics can read."""
+    """Step records (dicts from the worker) as objects backend.core.metrics can read."""
     return [SimpleNamespace(**record) for record in records]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from backend.client import WorkerClient, WorkerError
+from backend.serving.client import WorkerClient, WorkerError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.prompts import DEFAULT_SUITE, load_suite
+from backend.lab.prompts import DEFAULT_SUITE, load_suite
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
@@ -94,7 +94,7 @@ def sampling_input(prefix: str) -> dict:
 def analysis_target(prefix: str, worker, column) -> tuple[str, list[dict]]:
     """The target picker of the analysis pages (the worker's targets and those with stored sweeps), drawn in
     `column`; returns (target, its complete sweeps). A worker error stops the page with its message."""
-    from backend.client import WorkerError
+    from backend.serving.client import WorkerError
 
     try:
         models = worker.models()

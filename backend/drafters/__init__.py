@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.drafters.base import Drafter
+from backend.core.drafter import Drafter
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel, load_model
 from backend.drafters.dflash import DFlashDrafter
 from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.dspark import DSparkDrafter
@@ -24,8 +26,6 @@ from backend.drafters.layerskip import LayerSkipDrafter
 from backend.drafters.mtp import MtpDrafter
 from backend.drafters.ngram import NgramDrafter
 from backend.drafters.suffix import SuffixDrafter
-from backend.errors import SpecScopeError
-from backend.models import LoadedModel, load_model
 
 TRAINED = {"eagle3": Eagle3Drafter, "mtp": MtpDrafter, "dflash": DFlashDrafter, "dspark": DSparkDrafter}
 DISTILLED_DRAFT = "draft-model"  # the kind of a distilled student, a whole HF model folder

@@ -16,9 +16,9 @@ from typing import Protocol
 
 import torch
 
-from backend.drafters.base import Draft, DraftRequest, StepOutcome
-from backend.kv import ForwardResult
-from backend.verify import sample, target_probs
+from backend.core.drafter import Draft, DraftRequest, StepOutcome
+from backend.core.kv import ForwardResult
+from backend.core.verify import sample, target_probs
 
 
 class DraftRunner(Protocol):

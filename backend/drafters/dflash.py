@@ -30,7 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel, matmul_weights
+from backend.core.verify import sample, target_probs
 from backend.drafters.trained import (
     DrafterWeightsError,
     TargetParts,
@@ -39,9 +42,6 @@ from backend.drafters.trained import (
     load_drafter,
     save_drafter,
 )
-from backend.errors import SpecScopeError
-from backend.models import LoadedModel, matmul_weights
-from backend.verify import sample, target_probs
 
 KIND = "dflash"
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
+from backend.core.drafter import DrafterCost
+from backend.core.kv import ForwardResult
+from backend.core.models import LoadedModel, check_same_tokenizer, matmul_weights
+from backend.core.target_passes import compile_mode, target_passes
 from backend.drafters.autoregressive import AutoregressiveSession
-from backend.drafters.base import DrafterCost
-from backend.kv import ForwardResult
-from backend.models import LoadedModel, check_same_tokenizer, matmul_weights
-from backend.target_passes import compile_mode, target_passes
 
 
 class DraftModelRunner:

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend.core.drafter import Draft, DrafterCost, DraftRequest
+from backend.core.models import LoadedModel, matmul_weights
 from backend.drafters import dflash
-from backend.drafters.base import Draft, DrafterCost, DraftRequest
 from backend.drafters.dflash import (
     DFlashConfig,
     DFlashDrafter,
@@ -45,7 +46,6 @@ from backend.drafters.dflash import (
     top1_by_position,
 )
 from backend.drafters.trained import TargetParts, TrainBatch
-from backend.models import LoadedModel, matmul_weights
 
 KIND = "dspark"
 INITIAL_CONFIDENCE_LOGIT = 4.0  # sigmoid(4) = 0.98: an untrained head drafts whole blocks

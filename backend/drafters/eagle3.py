@@ -30,12 +30,12 @@ from torch.nn import functional as F
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel, matmul_weights
+from backend.core.verify import sample, target_probs
 from backend.drafters import trained
-from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
-from backend.errors import SpecScopeError
-from backend.models import LoadedModel, matmul_weights
-from backend.verify import sample, target_probs
 
 KIND = "eagle3"
 DEFAULT_DRAFT_VOCAB = 8192  # research notes §1.5: a reduced vocabulary is what makes the head cheap here

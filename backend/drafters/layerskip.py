@@ -15,11 +15,11 @@ from contextlib import contextmanager
 
 import torch
 
+from backend.core.drafter import DrafterCost
+from backend.core.errors import SpecScopeError
+from backend.core.kv import ForwardResult, cached_forward, new_cache, trim_cache
+from backend.core.models import LoadedModel, matmul_weights
 from backend.drafters.autoregressive import AutoregressiveSession
-from backend.drafters.base import DrafterCost
-from backend.errors import SpecScopeError
-from backend.kv import ForwardResult, cached_forward, new_cache, trim_cache
-from backend.models import LoadedModel, matmul_weights
 
 
 class LayerSkipRunner:

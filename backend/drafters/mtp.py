@@ -26,11 +26,11 @@ from torch.func import functional_call
 from torch.nn import functional as F
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel
 from backend.drafters import eagle3
 from backend.drafters.eagle3 import DraftLayer, FeatureDrafter, FeatureHead
 from backend.drafters.trained import TargetParts, TrainBatch
-from backend.errors import SpecScopeError
-from backend.models import LoadedModel
 
 KIND = "mtp"
 STEP_BETA = 0.6  # FastMTP's step weights beta^k / sum_j beta^j

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
-from backend.errors import SpecScopeError
+from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.errors import SpecScopeError
 
 
 class NgramDrafter:

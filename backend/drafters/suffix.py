@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
-from backend.errors import SpecScopeError
+from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.errors import SpecScopeError
 
 
 class Node:

@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from backend.errors import SpecScopeError
-from backend.models import LoadedModel
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.analysis import bootstrap_al_ci
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.models import LoadedModel
-from backend.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.models import LoadedModel
+from backend.lab.analysis import bootstrap_al_ci
+from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 from backend.training.loop import TrainReport, TrainSettings
 
 

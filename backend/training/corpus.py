@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.prompts import DEFAULT_SUITE, SUITE_DIR, load_suite
+from backend.lab.prompts import DEFAULT_SUITE, SUITE_DIR, load_suite
 
 DOC_TASKS = (
     "Summarize this section of the Python documentation in a few sentences:\n\n{text}",

@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from backend.core.models import LoadedModel
 from backend.drafters.trained import TrainBatch
-from backend.models import LoadedModel
-from backend.prompts import encode_conversation
+from backend.lab.prompts import encode_conversation
 from backend.training.corpus import Instruction
 
 SHARD_SEQUENCES = 32

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.metrics import acceptance_stats
+from backend.core.models import LoadedModel
 from backend.drafters.trained import TargetParts
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.metrics import acceptance_stats
-from backend.models import LoadedModel
-from backend.prompts import encode_conversation
+from backend.lab.prompts import encode_conversation
 from backend.training.corpus import Instruction
 from backend.training.dataset import DistilledData, batches
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from backend.errors import SpecScopeError
+from backend.core.errors import SpecScopeError
 from backend.training.card import suite_acceptance, write_card
 from backend.training.corpus import build_instructions
 from backend.training.dataset import distil

@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel
 from backend.drafters import DISTILLED_DRAFT as KIND
 from backend.drafters import STUDENT_MARKER as MARKER
 from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.trained import TargetParts, TrainBatch
-from backend.errors import SpecScopeError
-from backend.models import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from backend.analysis import (
+from backend.lab.analysis import (
     acceptance_groups,
     bootstrap_al_ci,
     d_ladder,

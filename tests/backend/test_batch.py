@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import backend.batch_cache
-from backend.batch import BatchEngine
+import backend.core.batch_cache
+from backend.core.batch import BatchEngine
+from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings, SpeculativeEngine
 
 PROMPTS = [
     [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13],
@@ -46,7 +46,7 @@ def test_rows_accept_different_counts_in_the_same_step(tiny, engine):
 
 
 def test_compaction_and_rows_that_finish_early(tiny, monkeypatch):
-    monkeypatch.setattr(backend.batch_cache, "HOLES_BEFORE_COMPACTING", 1.0)  # compact after every step with holes
+    monkeypatch.setattr(backend.core.batch_cache, "HOLES_BEFORE_COMPACTING", 1.0)  # compact after every step with holes
     plain = SpeculativeEngine(tiny.model, set(), 512)
     reference = single_outputs(plain, 30)
     eos = reference[1][4]  # row 1 stops early on this token; others may too
@@ -66,7 +66,7 @@ def test_row_timings_give_ttft_and_tpot(tiny, engine):
 
 @pytest.mark.slow
 def test_batched_rows_equal_single_sequences_on_the_default_model(default_model):
-    from backend.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+    from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 
     engine = SpeculativeEngine(default_model.model, default_model.eos_token_ids, default_model.facts.max_context)
     questions = load_suite(DEFAULT_SUITE, categories=["code_editing", "qa", "rag", "math"], per_category=1)
@@ -93,7 +93,7 @@ class RecordingDrafter:
             self.rows = {layer: [states] for layer, states in prompt_hidden.items()}
 
         def propose(self, request):
-            from backend.drafters.base import Draft
+            from backend.core.drafter import Draft
 
             return Draft([7, 8, 9][: request.max_tokens])
 
@@ -106,7 +106,7 @@ class RecordingDrafter:
             pass
 
     def cost(self):
-        from backend.drafters.base import DrafterCost
+        from backend.core.drafter import DrafterCost
 
         return DrafterCost(0.0, 1.0)
 

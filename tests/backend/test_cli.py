@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli import main
+from backend.cli.main import main
 from tests.tiny import save_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,9 +98,9 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
 
 
 def test_a_disagreement_with_hugging_face_is_located_with_its_logit_margin(tiny):
-    from backend.bench import first_disagreement
-    from backend.engine import GenerationSettings
-    from backend.runner import Runner
+    from backend.core.engine import GenerationSettings
+    from backend.lab.bench import first_disagreement
+    from backend.lab.runner import Runner
 
     plain = Runner(tiny).run(["w5 w9 w13 w5 w9"], None, GenerationSettings(max_new_tokens=12, draft_len=0))
     ours = plain.turns[0].output_ids

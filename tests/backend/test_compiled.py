@@ -8,16 +8,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.batch import BatchEngine
+from backend.core.batch import BatchEngine
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
+from backend.core.fast_forward import FastForward
+from backend.core.kv import cached_forward, new_cache, trim_cache
+from backend.core.static_kv import StaticKV
+from backend.core.target_passes import CompiledPasses, compile_mode, prepare, resolve_compile
+from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions, build_drafter, dflash, dspark, eagle3, mtp
 from backend.drafters.draft_model import DraftModelDrafter
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.errors import SpecScopeError
-from backend.fast_forward import FastForward
-from backend.kv import cached_forward, new_cache, trim_cache
-from backend.static_kv import StaticKV
-from backend.target_passes import CompiledPasses, compile_mode, prepare, resolve_compile
-from backend.verify import SamplingParams
 from tests.backend.test_engine import PROMPT, ScriptedDrafter, hf_greedy
 from tests.backend.test_sampling import SETTINGS, SIGNIFICANCE, accept_all, exact_joint, goodness_of_fit, sampled_joint
 from tests.tiny import tiny_llama
@@ -131,7 +131,7 @@ def test_sampling_on_the_compiled_engine_matches_the_target(pair, sampling):
 
 def test_the_sampling_check_still_catches_a_broken_rule_when_compiled(pair, monkeypatch):
     target, draft = pair
-    monkeypatch.setattr("backend.engine.rejection_verify", accept_all)
+    monkeypatch.setattr("backend.core.engine.rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3, compile="on")
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
@@ -154,7 +154,7 @@ def test_a_compilation_that_fails_falls_back_to_eager_under_auto_only(monkeypatc
 
 def test_compile_choices_resolve_per_model(tiny, monkeypatch):
     assert compile_mode(tiny.model, "auto") == "on" and compile_mode(tiny.model, "off") == "off"
-    monkeypatch.setattr("backend.target_passes.compiler_reason", lambda device: "no C++ compiler")
+    monkeypatch.setattr("backend.core.target_passes.compiler_reason", lambda device: "no C++ compiler")
     assert resolve_compile(tiny.model, "auto") == ("off", "no C++ compiler")
     with pytest.raises(SpecScopeError, match="--compile on is not possible for this target: no C"):
         resolve_compile(tiny.model, "on")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend.core.engine import GenerationSettings
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings
-from backend.prompts import DEFAULT_SUITE, load_suite
-from backend.runner import Runner
+from backend.lab.prompts import DEFAULT_SUITE, load_suite
+from backend.lab.runner import Runner
 
 pytestmark = pytest.mark.slow
 MAX_NEW = 48

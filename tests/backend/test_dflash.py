@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from backend.core.drafter import DraftRequest
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
+from backend.core.models import matmul_weights
+from backend.core.verify import SamplingParams
 from backend.drafters import dflash
-from backend.drafters.base import DraftRequest
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.errors import SpecScopeError
-from backend.models import matmul_weights
-from backend.prompts import encode_conversation
-from backend.verify import SamplingParams
+from backend.lab.prompts import encode_conversation
 from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
 from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
 from tests.tiny import tiny_llama, tiny_tokenizer

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
+from backend.core.models import matmul_weights
+from backend.core.verify import SamplingParams
 from backend.drafters import dflash, dspark
 from backend.drafters.trained import DrafterWeightsError, TargetParts
-from backend.models import matmul_weights
-from backend.verify import SamplingParams
 from tests.backend.test_dflash import (
     PROMPT,
     count_calls,
@@ -153,7 +153,7 @@ def test_sampling_with_the_drafter_matches_the_target(sampling):
 
 @pytest.mark.slow
 def test_an_untrained_head_is_lossless_on_the_default_model(default_model):
-    from backend.prompts import encode_conversation
+    from backend.lab.prompts import encode_conversation
 
     drafter = dspark.DSparkDrafter(default_model, with_markov_weights(dspark.new_head(default_model), scale=1.0))
     prompt = encode_conversation(default_model.tokenizer, ["Name three primary colours."], [])

@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backend.batch import BatchEngine
+from backend.core.batch import BatchEngine
+from backend.core.drafter import DraftRequest
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.verify import SamplingParams
 from backend.drafters import eagle3, mtp
-from backend.drafters.base import DraftRequest
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.prompts import encode_conversation
-from backend.verify import SamplingParams
+from backend.lab.prompts import encode_conversation
 from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
 from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
 from tests.tiny import tiny_llama, tiny_tokenizer

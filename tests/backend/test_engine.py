@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
+from backend.core.kv import cached_forward, new_cache, trim_cache
 from backend.drafters import DrafterOptions, build_drafter
-from backend.drafters.base import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.drafters.draft_model import DraftModelDrafter
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.errors import SpecScopeError
-from backend.kv import cached_forward, new_cache, trim_cache
 
 # a prompt with repeats, so lookup drafters find matches from the first step
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]

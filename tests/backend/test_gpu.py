@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend.core.engine import GenerationSettings
+from backend.core.models import load_model
 from backend.drafters import build_drafter
-from backend.engine import GenerationSettings
-from backend.models import load_model
-from backend.prompts import DEFAULT_SUITE, load_suite
-from backend.runner import Runner
+from backend.lab.prompts import DEFAULT_SUITE, load_suite
+from backend.lab.runner import Runner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

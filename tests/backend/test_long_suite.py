@@ -2,8 +2,8 @@
 
 import pytest
 
-from backend.prompts import DEFAULT_SUITE, encode_conversation, load_suite
-from backend.sweep import split_of
+from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+from backend.lab.sweep import split_of
 from scripts.build_long_prompts import LONG_SUITE, MAX_TOKENS, build, prompt_tokens, render
 from tests.tiny import tiny_tokenizer
 

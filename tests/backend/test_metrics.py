@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backend.metrics import acceptance_stats, geomean, measured_rho, speed_stats, summary
+from backend.core.metrics import acceptance_stats, geomean, measured_rho, speed_stats, summary
 
 
 @dataclass

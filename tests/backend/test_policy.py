@@ -2,8 +2,8 @@
 
 import pytest
 
-from backend.errors import SpecScopeError
-from backend.policy import AdaptiveDraftLength, FixedDraftLength, make_policy
+from backend.core.errors import SpecScopeError
+from backend.core.policy import AdaptiveDraftLength, FixedDraftLength, make_policy
 
 
 def test_fixed_policy_verifies_what_is_available_up_to_d():

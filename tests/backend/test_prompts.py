@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from backend.errors import SpecScopeError
-from backend.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+from backend.core.errors import SpecScopeError
+from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 from tests.tiny import tiny_tokenizer
 
 REQUIRED = {"coding", "code_editing", "summarization", "rag", "translation", "qa", "math", "writing", "multi_turn"}

@@ -12,11 +12,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import backend.engine
+import backend.core.engine
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.verify import SamplingParams, Verdict, target_probs
 from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.ngram import NgramDrafter
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.verify import SamplingParams, Verdict, target_probs
 
 VOCAB = 12
 PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
@@ -85,7 +85,7 @@ def accept_all(probs, drafted, draft_probs, generator) -> Verdict:
 
 def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):
     target, draft = pair
-    monkeypatch.setattr(backend.engine, "rejection_verify", accept_all)
+    monkeypatch.setattr(backend.core.engine, "rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from backend.analysis import acceptance_groups
-from backend.metrics import acceptance_stats
-from backend.store import MIGRATIONS, RunStore
+from backend.core.metrics import acceptance_stats
+from backend.lab.analysis import acceptance_groups
+from backend.lab.store import MIGRATIONS, RunStore
 from tests.tiny import save_tiny
 from tests.workers import WorkerProcess
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
 from backend.drafters import build_drafter, trained_folders
 from backend.drafters.trained import TargetParts, TrainBatch
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.errors import SpecScopeError
 from backend.training import student
 from backend.training.dataset import distil
 from backend.training.loop import TrainReport, TrainSettings, _timed_validation_due, train

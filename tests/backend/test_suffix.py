@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from backend.drafters.base import DraftRequest, StepOutcome
+from backend.core.drafter import DraftRequest, StepOutcome
+from backend.core.verify import SamplingParams
 from backend.drafters.suffix import SuffixDrafter, SuffixTree
-from backend.verify import SamplingParams
 
 
 def count(tree: SuffixTree, *path: int) -> int:

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from backend.codesign import codesign_report
 from backend.drafters import DrafterOptions
-from backend.prompts import Question
-from backend.store import RunStore
-from backend.sweep import run_sweep, split_of
+from backend.lab.codesign import codesign_report
+from backend.lab.prompts import Question
+from backend.lab.store import RunStore
+from backend.lab.sweep import run_sweep, split_of
 from tests.tiny import save_tiny
 from tests.workers import ROOT
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.prompts import encode_conversation
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.lab.prompts import encode_conversation
 from backend.training.corpus import build_instructions
 from backend.training.dataset import batches, distil
 from tests.tiny import tiny_instructions

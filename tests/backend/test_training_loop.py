@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
+from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings, SpeculativeEngine
 from backend.training.card import write_card
 from backend.training.dataset import distil
 from backend.training.loop import CHECKPOINT, TrainSettings, train
@@ -127,8 +127,8 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
 
 
 def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_path):
+    from backend.core.errors import SpecScopeError
     from backend.drafters import trained_folders
-    from backend.errors import SpecScopeError
     from tests.tiny import tiny_llama
 
     mechanism = MECHANISMS["eagle3"]

@@ -4,8 +4,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from backend.errors import SpecScopeError
-from backend.verify import SamplingParams, greedy_verify, rejection_verify, target_probs
+from backend.core.errors import SpecScopeError
+from backend.core.verify import SamplingParams, greedy_verify, rejection_verify, target_probs
 
 
 def logits_with_argmax(best: list[int], vocab: int = 6) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.client import WorkerClient
+from backend.serving.client import WorkerClient
 from tests.tiny import save_tiny
 from tests.workers import WorkerProcess
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from backend.client import WorkerClient
-from backend.prompts import DEFAULT_SUITE, load_suite
+from backend.lab.prompts import DEFAULT_SUITE, load_suite
+from backend.serving.client import WorkerClient
 from tests.workers import ROOT, WorkerProcess, free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

@@ -112,7 +112,7 @@ def test_history_lists_runs_and_offers_exports(worker_env):
 
 
 def test_a_stored_run_replays_in_the_live_view(worker_env):
-    from backend.client import WorkerClient
+    from backend.serving.client import WorkerClient
 
     client = WorkerClient(worker_env.url)
     run_id = client.runs(status="complete")[0]["run_id"]

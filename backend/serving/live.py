@@ -22,19 +22,19 @@ from dataclasses import dataclass, field
 import torch
 import transformers
 
-from backend import metrics
+from backend.core import metrics
+from backend.core.engine import GenerationSettings, StepEvent
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel
+from backend.core.target_passes import compile_mode
+from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions
-from backend.engine import GenerationSettings, StepEvent
-from backend.errors import SpecScopeError
-from backend.jobs import Job, JobCancelled
-from backend.model_cache import ModelCache
-from backend.models import LoadedModel
-from backend.prompts import Question
-from backend.runner import Runner, RunResult, TurnResult
-from backend.store import RunStore
-from backend.sweep import SweepStopped, run_sweep
-from backend.target_passes import compile_mode
-from backend.verify import SamplingParams
+from backend.lab.prompts import Question
+from backend.lab.runner import Runner, RunResult, TurnResult
+from backend.lab.store import RunStore
+from backend.lab.sweep import SweepStopped, run_sweep
+from backend.serving.jobs import Job, JobCancelled
+from backend.serving.model_cache import ModelCache
 
 FLUSH_EVERY_STEPS = 64  # steps reach the store in batches, at least this often ...
 FLUSH_EVERY_S = 2.0  # ... and within this many seconds

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 
-from backend.analysis import d_ladder, d_start, newest_per_config, predicted_speedup, recommended_d
+from backend.lab.analysis import d_ladder, d_start, newest_per_config, predicted_speedup, recommended_d
 
 
 def codesign_report(facts: dict, points: list[dict], drafter: str | None = None) -> dict:

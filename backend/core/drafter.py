@@ -29,7 +29,7 @@ from typing import Protocol
 
 import torch
 
-from backend.verify import SamplingParams
+from backend.core.verify import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -30,17 +30,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from backend.analysis import acceptance_groups
-from backend.codesign import codesign_report
+from backend.core.errors import SpecScopeError
+from backend.core.models import DEFAULT_SPEC, config_facts
+from backend.core.policy import MAX_DRAFT_LEN, make_policy
+from backend.core.verify import SamplingParams
 from backend.drafters import DRAFTER_NAMES, TRAINED, DrafterOptions, trained_folders
-from backend.errors import SpecScopeError
-from backend.jobs import Job, Scheduler
-from backend.live import LaneSpec, LiveService, RunRequest
-from backend.model_cache import ModelCache
-from backend.models import DEFAULT_SPEC, config_facts
-from backend.policy import MAX_DRAFT_LEN, make_policy
-from backend.store import RunStore
-from backend.verify import SamplingParams
+from backend.lab.analysis import acceptance_groups
+from backend.lab.codesign import codesign_report
+from backend.lab.store import RunStore
+from backend.serving.jobs import Job, Scheduler
+from backend.serving.live import LaneSpec, LiveService, RunRequest
+from backend.serving.model_cache import ModelCache
 
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048

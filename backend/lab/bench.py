@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backend.analysis import bootstrap_al_ci
+from backend.core.engine import GenerationSettings, device_clock
+from backend.core.metrics import acceptance_stats, geomean, speedup
+from backend.core.models import LoadedModel
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings, device_clock
-from backend.metrics import acceptance_stats, geomean, speedup
-from backend.models import LoadedModel
-from backend.prompts import Question
-from backend.runner import Runner
+from backend.lab.analysis import bootstrap_al_ci
+from backend.lab.prompts import Question
+from backend.lab.runner import Runner
 
 
 @dataclass

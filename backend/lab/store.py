@@ -22,7 +22,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "specscope.duckdb"
+DEFAULT_DB = Path(__file__).resolve().parents[2] / "data" / "specscope.duckdb"
 
 MIGRATIONS: list[tuple[int, str]] = [
     (1, """

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from backend.errors import SpecScopeError
-from backend.fast_forward import MAX_COMPILED_WIDTH, FastForward, compiler_reason, fast_path_reason
-from backend.kv import ForwardResult, cached_forward, new_cache, prepare_for_rollback, trim_cache
-from backend.static_kv import StaticKV
+from backend.core.errors import SpecScopeError
+from backend.core.fast_forward import MAX_COMPILED_WIDTH, FastForward, compiler_reason, fast_path_reason
+from backend.core.kv import ForwardResult, cached_forward, new_cache, prepare_for_rollback, trim_cache
+from backend.core.static_kv import StaticKV
 
 COMPILE_CHOICES = ("auto", "on", "off")
 WARM_UP_WIDTHS = (8, 1)  # the verify graph (every width 2..32), then the one-token graph

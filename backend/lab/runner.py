@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from backend.drafters.base import Drafter
-from backend.engine import GenerationSettings, SpeculativeEngine, StepEvent
-from backend.metrics import summary
-from backend.models import LoadedModel
-from backend.prompts import encode_conversation
+from backend.core.drafter import Drafter
+from backend.core.engine import GenerationSettings, SpeculativeEngine, StepEvent
+from backend.core.metrics import summary
+from backend.core.models import LoadedModel
+from backend.lab.prompts import encode_conversation
 
 
 @dataclass

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import torch
 
+from backend.core.drafter import Drafter
+from backend.core.models import LoadedModel, load_model
+from backend.core.target_passes import prepare
 from backend.drafters import DrafterOptions, build_drafter
-from backend.drafters.base import Drafter
-from backend.models import LoadedModel, load_model
-from backend.target_passes import prepare
 
 
 def model_bytes(model: LoadedModel) -> int:

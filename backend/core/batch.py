@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.batch_cache import rows_cache
-from backend.drafters.base import Drafter
-from backend.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent
+from backend.core.batch_cache import rows_cache
+from backend.core.drafter import Drafter
+from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent
 
 
 @dataclass

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from backend.errors import SpecScopeError
+from backend.core.errors import SpecScopeError
 
 MAX_DRAFT_LEN = 64
 

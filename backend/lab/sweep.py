@@ -21,14 +21,14 @@ from dataclasses import dataclass
 import torch
 import transformers
 
-from backend.analysis import bootstrap_al_ci, pareto_frontier
-from backend.batch import BatchEngine, RowResult
+from backend.core.batch import BatchEngine, RowResult
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.metrics import acceptance_stats, measured_rho
+from backend.core.models import LoadedModel
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.metrics import acceptance_stats, measured_rho
-from backend.models import LoadedModel
-from backend.prompts import Question, encode_conversation
-from backend.store import RunStore
+from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
+from backend.lab.prompts import Question, encode_conversation
+from backend.lab.store import RunStore
 
 SHORT_BELOW = 512  # prompt tokens: short < 512 <= medium < 2048 <= long
 LONG_FROM = 2048

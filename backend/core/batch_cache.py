@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.engine import Sequence, SpeculativeEngine
-from backend.kv import ForwardResult, batched_forward, compact, select_rows, stack_caches, trim_cache
+from backend.core.engine import Sequence, SpeculativeEngine
+from backend.core.kv import ForwardResult, batched_forward, compact, select_rows, stack_caches, trim_cache
 
 HOLES_BEFORE_COMPACTING = 1.5  # compact once the cache is this many times the longest row's real tokens
 

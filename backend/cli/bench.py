@@ -1,5 +1,5 @@
 """The `bench` commands: speed (drafters vs plain decoding and Hugging Face), sweep (drafters x D x
-batch sizes into the run store) and stream (the worker's overhead). Parsing lives in cli.py; this
+batch sizes into the run store) and stream (the worker's overhead). Parsing lives in main.py; this
 module runs the benchmarks and prints their tables.
 """
 
@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from backend.cli import _drafter_options, _load_target, _quiet_libraries
-from backend.errors import SpecScopeError
+from backend.cli.common import drafter_options, load_target, quiet_libraries
+from backend.core.errors import SpecScopeError
 
 
 def format_speed_table(report: dict) -> str:
@@ -56,9 +56,9 @@ def _al_with_ci(row: dict) -> str:
 
 def _checked_questions(args: argparse.Namespace) -> list:
     """The benchmark's drafters and draft lengths checked, and its prompts (a clear error if there are none)."""
+    from backend.core.policy import make_policy
     from backend.drafters import DRAFTER_NAMES
-    from backend.policy import make_policy
-    from backend.prompts import load_suite
+    from backend.lab.prompts import load_suite
 
     for name in args.drafters:
         if name not in DRAFTER_NAMES or name == "none":
@@ -72,10 +72,10 @@ def _checked_questions(args: argparse.Namespace) -> list:
 
 
 def bench_speed(args: argparse.Namespace) -> int:
-    from backend.bench import speed_benchmark
+    from backend.lab.bench import speed_benchmark
 
     questions = _checked_questions(args)
-    target = _load_target(args)
+    target = load_target(args)
     from tqdm import tqdm
 
     runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + len(args.drafters) * len(args.draft_lens)
@@ -85,21 +85,21 @@ def bench_speed(args: argparse.Namespace) -> int:
             bar.update(1)
 
         report = speed_benchmark(target, questions, args.drafters, args.draft_lens, args.max_new_tokens,
-                                 _drafter_options(args), progress)
+                                 drafter_options(args), progress)
     print(format_speed_table(report))
     if args.json:
         print(json.dumps(report))
     return 0
 
 def bench_forward(args: argparse.Namespace) -> int:
-    from backend.bench_forward import forward_benchmark
-    from backend.fast_forward import MAX_COMPILED_WIDTH
-    from backend.target_passes import compile_mode
+    from backend.core.fast_forward import MAX_COMPILED_WIDTH
+    from backend.core.target_passes import compile_mode
+    from backend.lab.bench_forward import forward_benchmark
 
     if max(args.widths) > MAX_COMPILED_WIDTH or args.context < 1 or args.repeats < 1:
         raise SpecScopeError(f"widths go up to {MAX_COMPILED_WIDTH} new tokens, and --context and --repeats must "
                              "be at least 1")
-    target = _load_target(args)
+    target = load_target(args)
     modes = ["eager", "compiled"] if compile_mode(target.model, target.compile) == "on" else ["eager"]
     report = forward_benchmark(target, modes, args.batch_sizes, tuple(args.widths), args.context, args.repeats,
                                profile=args.profile, progress=lambda label: print(label, file=sys.stderr, flush=True))
@@ -126,13 +126,13 @@ def format_forward_table(report: dict) -> str:
 
 
 def bench_stream(args: argparse.Namespace) -> int:
-    from backend.bench_worker import stream_benchmark
-    from backend.policy import make_policy
-    from backend.prompts import load_suite
+    from backend.core.policy import make_policy
+    from backend.lab.prompts import load_suite
+    from backend.serving.bench_worker import stream_benchmark
 
     make_policy(args.draft_len, free_drafter=True)
     questions = load_suite(args.suite, args.categories, per_category=args.per_category)
-    _quiet_libraries()
+    quiet_libraries()
     report = stream_benchmark(args.target, questions, args.drafter, args.draft_len, args.max_new_tokens,
                               args.repeats, args.device, args.compile)
     memory = report["worker_memory_after_runs_mb"]
@@ -159,7 +159,7 @@ def _open_store(path: str | None):
     """The run store file for a command that found no worker; a clear error if a worker holds it."""
     import duckdb
 
-    from backend.store import RunStore
+    from backend.lab.store import RunStore
 
     try:
         return RunStore(path)
@@ -170,10 +170,10 @@ def _open_store(path: str | None):
 
 def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) -> dict:
     from backend.drafters import DrafterOptions
-    from backend.sweep import run_sweep
+    from backend.lab.sweep import run_sweep
 
     store = _open_store(args.db)
-    target = _load_target(args)
+    target = load_target(args)
     try:
         return run_sweep(target, questions, args.drafters, args.draft_lens, args.batch_sizes, args.max_new_tokens,
                          DrafterOptions(), store, progress, {**record, "max_new_tokens": args.max_new_tokens})
@@ -183,7 +183,7 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) 
 def bench_sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from backend.client import WorkerClient, WorkerError
+    from backend.serving.client import WorkerClient, WorkerError
 
     questions = _checked_questions(args)
     record = {"suite": str(args.suite), "drafters": args.drafters, "draft_lens": args.draft_lens,
@@ -225,9 +225,9 @@ def bench_sweep(args: argparse.Namespace) -> int:
 
 
 def codesign(args: argparse.Namespace) -> int:
-    from backend.codesign import codesign_report
+    from backend.lab.codesign import codesign_report
 
-    _quiet_libraries()
+    quiet_libraries()
     report = codesign_report(*_codesign_inputs(args), drafter=args.drafter)
     print(format_codesign(report))
     if args.json:
@@ -237,8 +237,8 @@ def codesign(args: argparse.Namespace) -> int:
 
 def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """The target's config facts and its stored sweep points: from the worker if one answers."""
-    from backend.client import WorkerClient, WorkerError
-    from backend.models import config_facts
+    from backend.core.models import config_facts
+    from backend.serving.client import WorkerClient, WorkerError
 
     try:
         points = WorkerClient().sweep_points(target=args.target)

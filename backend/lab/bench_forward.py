@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import torch
 
-from backend.engine import GenerationSettings, SpeculativeEngine
-from backend.engine import device_clock as _clock
-from backend.kv import batched_forward, cached_forward, new_cache, stack_caches, trim_cache
-from backend.models import LoadedModel
-from backend.target_passes import target_passes
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.engine import device_clock as _clock
+from backend.core.kv import batched_forward, cached_forward, new_cache, stack_caches, trim_cache
+from backend.core.models import LoadedModel
+from backend.core.target_passes import target_passes
 
 WIDTHS = (1, 2, 4, 8, 16, 32)
 MODES = {"eager": "off", "compiled": "on"}

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import httpx
 
-from backend.client import WorkerClient
+from backend.core.engine import GenerationSettings
+from backend.core.metrics import geomean
+from backend.core.models import load_model
 from backend.drafters import DrafterOptions, build_drafter
-from backend.engine import GenerationSettings
-from backend.metrics import geomean
-from backend.models import load_model
-from backend.prompts import Question
-from backend.runner import Runner
+from backend.lab.prompts import Question
+from backend.lab.runner import Runner
+from backend.serving.client import WorkerClient
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def resident_mb(pid: int) -> dict:

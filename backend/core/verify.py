@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.errors import SpecScopeError
+from backend.core.errors import SpecScopeError
 
 
 @dataclass(frozen=True)

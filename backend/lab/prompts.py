@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
+from backend.core.errors import SpecScopeError
 
-from backend.errors import SpecScopeError
+if TYPE_CHECKING:  # the dashboard imports this module; it must not pull in transformers
+    from transformers import PreTrainedTokenizerBase
 
-SUITE_DIR = Path(__file__).resolve().parent.parent / "data" / "prompts"
+SUITE_DIR = Path(__file__).resolve().parents[2] / "data" / "prompts"
 DEFAULT_SUITE = SUITE_DIR / "specscope_suite.jsonl"
 
 

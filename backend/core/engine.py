@@ -4,7 +4,7 @@
     each step:
         d_1..d_D = drafter.propose(committed tokens)              (D from the draft-length policy)
         logits   = target([x, d_1..d_D])                          one forward pass, [D+1, V]
-        a, t     = verify(logits, drafts)                         backend/verify.py
+        a, t     = verify(logits, drafts)                         backend/core/verify.py
         commit d_1..d_a, t;  keep the cache up to d_a;  x = t
 
 How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from backend.drafters.base import Draft, Drafter, DraftRequest, DraftSession, StepOutcome
-from backend.errors import SpecScopeError
-from backend.policy import DraftLengthPolicy, make_policy
-from backend.target_passes import target_passes
-from backend.verify import SamplingParams, Verdict, greedy_verify, rejection_verify, replay_verify, target_probs
+from backend.core.drafter import Draft, Drafter, DraftRequest, DraftSession, StepOutcome
+from backend.core.errors import SpecScopeError
+from backend.core.policy import DraftLengthPolicy, make_policy
+from backend.core.target_passes import target_passes
+from backend.core.verify import SamplingParams, Verdict, greedy_verify, rejection_verify, replay_verify, target_probs
 
 
 @dataclass

@@ -15,7 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from backend.errors import SpecScopeError
+from backend.cli.common import drafter_options, load_target, quiet_libraries
+from backend.core.errors import SpecScopeError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,7 +233,7 @@ def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _bench(command: str, args: argparse.Namespace) -> int:
-    from backend import cli_bench
+    from backend.cli import bench as cli_bench
 
     handlers = {"speed": cli_bench.bench_speed, "forward": cli_bench.bench_forward, "sweep": cli_bench.bench_sweep,
                 "stream": cli_bench.bench_stream, "codesign": cli_bench.codesign}
@@ -269,46 +270,6 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-def _drafter_options(args: argparse.Namespace):
-    from backend.drafters import DrafterOptions
-
-    return DrafterOptions(
-        ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix_max_depth=args.suffix_max_depth,
-        suffix_max_spec_factor=args.suffix_max_spec_factor, suffix_min_token_prob=args.suffix_min_token_prob,
-        layerskip_exit_layer=args.layerskip_exit_layer, draft_model=args.draft_model, drafter_path=args.drafter_path,
-    )
-
-
-def _load_target(args: argparse.Namespace):
-    _quiet_libraries()
-    from backend.models import load_model
-
-    target = load_model(args.target, device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
-                        compile=getattr(args, "compile", "off"))
-    warm_up_target(target)
-    return target
-
-
-def warm_up_target(target) -> None:
-    """Build the target's compiled graphs now, saying so on stderr (a minute or more on a small CPU)."""
-    from backend.target_passes import compile_mode, prepare
-
-    def say(message: str) -> None:
-        print(f"{message} (once per process) ...", file=sys.stderr, flush=True)
-
-    if compile_mode(target.model, target.compile) == "on":
-        target.compile = prepare(target.model, target.compile, say)
-
-
-def _quiet_libraries() -> None:
-    """Progress bars and advice from transformers are noise on a CLI's stderr."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
 # ---------------------------------------------------------------------------------------------------
 # train
 
@@ -316,7 +277,7 @@ def _quiet_libraries() -> None:
 def _train(args: argparse.Namespace) -> int:
     from backend.training.run import train_command
 
-    return train_command(args, _load_target)
+    return train_command(args, load_target)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -324,12 +285,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from backend.core.engine import GenerationSettings
+    from backend.core.policy import make_policy
+    from backend.core.verify import SamplingParams
     from backend.drafters import build_drafter
-    from backend.engine import GenerationSettings
-    from backend.policy import make_policy
-    from backend.prompts import load_suite
-    from backend.runner import Runner
-    from backend.verify import SamplingParams
+    from backend.lab.prompts import load_suite
+    from backend.lab.runner import Runner
 
     make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
     settings = GenerationSettings(
@@ -344,8 +305,8 @@ def _generate(args: argparse.Namespace) -> int:
         if not text.strip():
             raise SpecScopeError("the prompt is empty: give some text with --prompt or --prompt-file")
         questions = None
-    target = _load_target(args)
-    drafter = build_drafter(args.drafter, target, _drafter_options(args))
+    target = load_target(args)
+    drafter = build_drafter(args.drafter, target, drafter_options(args))
     runner = Runner(target, use_chat_template=not args.no_chat_template)
     header = {"target": args.target, "drafter": args.drafter, "draft_len": args.draft_len}
     if questions is None:
@@ -409,8 +370,8 @@ def _summary_line(summary: dict, finish_reason: str | None) -> str:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    _quiet_libraries()
-    from backend.worker import WorkerSettings, serve
+    quiet_libraries()
+    from backend.serving.worker import WorkerSettings, serve
 
     settings = WorkerSettings(
         db_path=args.db, default_target=args.default_target,

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.kv import ForwardResult
-from backend.static_kv import StaticKV
+from backend.core.kv import ForwardResult
+from backend.core.static_kv import StaticKV
 
 MAX_COMPILED_WIDTH = 32
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
