@@ -6,7 +6,7 @@ SUITE := data/prompts/specscope_suite.jsonl
 
 PORT ?= 8501
 
-.PHONY: setup run test test-fast bench gpu-check
+.PHONY: setup run test test-fast lint bench gpu-check
 
 setup: $(VENV)/.installed
 
@@ -23,8 +23,13 @@ run: setup
 	@echo "SpecScope: open http://localhost:$(PORT) (the first start converts the embedded model, ~30 s)"
 	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
 
-test: setup
+# lint and format checks first (seconds), then the suite (which also checks the import contract)
+test: setup lint
 	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"

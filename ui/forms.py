@@ -9,7 +9,6 @@ from backend.lab.prompts import DEFAULT_SUITE, load_suite
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
-DRAFTERS = ["suffix", "ngram", "draft-model", "layerskip", "eagle3", "mtp", "dflash", "dspark", "none"]
 
 
 @st.cache_data(show_spinner=False)
@@ -49,37 +48,43 @@ def target_input(prefix: str, models: dict, stored: list[str] = ()) -> str:
 
 
 def drafter_input(prefix: str, models: dict, default: str = "suffix", default_len: int | str = "auto") -> dict:
-    """Drafter name (those the worker has weights for), D (slider 0-16 or auto) and the drafter's options."""
-    available = {d["name"] for d in models["drafters"] if d.get("available", True)}
-    names = [name for name in DRAFTERS if name in available]
-    drafter = st.selectbox("Drafter", names, index=names.index(default), key=f"{prefix}_drafter",
+    """Drafter name (those the worker offers: trained ones where weights for the target exist), D (slider
+    0-16 or auto) and the drafter's options, all as the worker's `/models` describes them."""
+    offered = [d for d in models["drafters"] if d.get("available", True)]
+    offered = [d for d in offered if d["name"] != "none"] + [d for d in offered if d["name"] == "none"]
+    names = [d["name"] for d in offered]
+    drafter = st.selectbox("Drafter", names, index=names.index(default) if default in names else 0,
+                           key=f"{prefix}_drafter",
                            help="Trained drafters (eagle3, mtp, dflash, dspark) are listed when weights trained for "
                                 "the target are found under data/drafters/.")
+    chosen = offered[names.index(drafter)]
     draft_len = st.select_slider("Draft length D", D_CHOICES, value=default_len, key=f"{prefix}_d",
                                  help="Tokens drafted per step; 0 is plain decoding, auto adapts D every step.")
     fields = {"drafter": drafter, "draft_len": draft_len}
     with st.expander("Drafter options"):
-        if drafter == "ngram":
-            fields["ngram_min"] = st.number_input("shortest n-gram", 1, 16, 1, key=f"{prefix}_nmin")
-            fields["ngram_max"] = st.number_input("longest n-gram", 1, 16, 4, key=f"{prefix}_nmax")
-        elif drafter == "suffix":
-            fields["suffix_max_spec_factor"] = st.number_input("max_spec_factor", 0.1, 64.0, 1.0,
-                                                               key=f"{prefix}_factor")
-            fields["suffix_min_token_prob"] = st.number_input("min_token_prob", 0.0, 1.0, 0.1, key=f"{prefix}_minp")
-            fields["suffix_max_depth"] = st.number_input("tree depth", 2, 128, 24, key=f"{prefix}_depth")
-        elif drafter == "layerskip":
-            exit_layer = st.number_input("exit after layer (0 = half the layers)", 0, 256, 0, key=f"{prefix}_exit")
-            fields["layerskip_exit_layer"] = exit_layer or None
-        elif drafter in ("eagle3", "mtp", "dflash", "dspark"):
-            path = st.text_input("weights folder (empty: the shipped one)", "", key=f"{prefix}_drafter_path")
-            fields["drafter_path"] = path.strip() or None
-        elif drafter == "draft-model":
-            spec = st.text_input("draft model (HF id, folder or .gguf; empty: the student distilled for this "
-                                 "target)", "", key=f"{prefix}_draft_model")
-            fields["draft_model"] = spec.strip() or None
-        else:
+        if chosen.get("summary"):
+            st.caption(chosen["summary"])
+        for option in chosen.get("options", []):
+            fields[option["name"]] = option_input(prefix, option)
+        if not chosen.get("options"):
             st.caption("No options.")
     return fields
+
+
+def option_input(prefix: str, option: dict):
+    """One drafter option's widget, from its description in `/models` (type, default, bounds, help)."""
+    key, label, help_text = f"{prefix}_{option['name']}", option["label"], option["help"]
+    if option["type"] == "str":
+        text = st.text_input(f"{label} (empty: default)", "", key=key, help=help_text)
+        return text.strip() or None
+    if option["optional"]:  # an int whose default (None) is the drafter's own choice
+        value = st.number_input(f"{label} (0 = default)", 0, int(option["le"] or 1024), 0, key=key, help=help_text)
+        return int(value) or None
+    if option["type"] == "int":
+        return int(st.number_input(label, int(option["ge"] or 0), int(option["le"] or 1024), int(option["default"]),
+                                   key=key, help=help_text))
+    low = option["ge"] if option["ge"] is not None else (option["gt"] + 0.01 if option["gt"] is not None else None)
+    return float(st.number_input(label, low, option["le"], float(option["default"]), key=key, help=help_text))
 
 
 def sampling_input(prefix: str) -> dict:

@@ -9,13 +9,12 @@ import sys
 
 
 def drafter_options(args: argparse.Namespace):
+    """The drafter options the registry's flags parsed (see main._add_drafter_args)."""
+    import dataclasses
+
     from backend.drafters import DrafterOptions
 
-    return DrafterOptions(
-        ngram_min=args.ngram_min, ngram_max=args.ngram_max, suffix_max_depth=args.suffix_max_depth,
-        suffix_max_spec_factor=args.suffix_max_spec_factor, suffix_min_token_prob=args.suffix_min_token_prob,
-        layerskip_exit_layer=args.layerskip_exit_layer, draft_model=args.draft_model, drafter_path=args.drafter_path,
-    )
+    return DrafterOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DrafterOptions)})
 
 
 def load_target(args: argparse.Namespace):

@@ -1,4 +1,5 @@
-"""`python -m backend ...`: generate text with a drafter, or benchmark drafters.
+"""`specscope ...` (or `python -m backend ...`): the dashboard, the worker, generating text with a drafter,
+and the benchmarks.
 
     generate --prompt TEXT | --prompt-file FILE | --suite FILE [--limit N]   one prompt, or a suite
     bench speed --suite FILE --drafters a,b --draft-lens 2,4,8              speed and losslessness
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,8 +38,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m backend", description="SpecScope: speculative decoding lab")
+    prog = "specscope" if Path(sys.argv[0]).name == "specscope" else "python -m backend"
+    parser = argparse.ArgumentParser(prog=prog, description="SpecScope: speculative decoding lab")
     commands = parser.add_subparsers(title="commands")
+
+    run = commands.add_parser("run", help="the dashboard (Streamlit); it starts its own worker",
+                              description="Open the dashboard in a browser at http://localhost:PORT. It starts a "
+                                          "worker unless SPECSCOPE_WORKER_URL points at one.")
+    run.add_argument("--port", type=int, default=8501)
+    run.set_defaults(handler=_run_dashboard)
 
     generate = commands.add_parser("generate", help="decode a prompt (or a suite) with a drafter",
                                    description="Decode with speculative decoding and show what was accepted.")
@@ -206,20 +215,30 @@ def _add_compile_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -> None:
-    from backend.drafters import DRAFTER_NAMES
+    """--drafter and every registered drafter's options, generated from the registry."""
+    from backend.drafters import DRAFTER_NAMES, REGISTRY, all_options
 
     if with_name:
         parser.add_argument("--drafter", default="suffix", help=f"one of {', '.join(DRAFTER_NAMES)} (default suffix)")
-    parser.add_argument("--draft-model", help="draft-model drafter: the draft's model spec (default: the student "
-                                              "distilled for the target under data/drafters/)")
-    parser.add_argument("--drafter-path", help="eagle3/mtp/dflash/dspark/draft-model: the trained weights folder "
-                                               "(default: the one under data/drafters/ trained for the target)")
-    parser.add_argument("--ngram-min", type=int, default=1, help="ngram: shortest n-gram to match")
-    parser.add_argument("--ngram-max", type=int, default=4, help="ngram: longest n-gram to match")
-    parser.add_argument("--suffix-max-depth", type=int, default=24, help="suffix: tree depth")
-    parser.add_argument("--suffix-max-spec-factor", type=float, default=1.0, help="suffix: draft <= factor x match")
-    parser.add_argument("--suffix-min-token-prob", type=float, default=0.1, help="suffix: stop below this path prob")
-    parser.add_argument("--layerskip-exit-layer", type=int, help="layerskip: layers used to draft (default half)")
+    users = {info.name: [name for name, spec in REGISTRY.items() if info in spec.option_infos()]
+             for info in all_options()}
+    for info in all_options():
+        default = "" if info.default is None else f" (default {info.default})"
+        parser.add_argument(info.flag, dest=info.name, type=_checked(info), default=info.default,
+                            metavar=info.kind.__name__.upper(), help=f"{'/'.join(users[info.name])}: {info.help}"
+                                                                     f"{default}")
+
+
+def _checked(info):
+    """argparse's type for a registry option: a clear one-line error for a bad or out-of-bounds value."""
+
+    def parse(text: str):
+        try:
+            return info.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from error
+
+    return parse
 
 
 def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -367,6 +386,14 @@ def _summary_line(summary: dict, finish_reason: str | None) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # worker
+
+
+def _run_dashboard(args: argparse.Namespace) -> int:
+    app = Path(__file__).resolve().parents[2] / "app.py"  # beside backend/, in a checkout or installed
+    print(f"SpecScope: open http://localhost:{args.port}", file=sys.stderr, flush=True)
+    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true", "--server.port",
+               str(args.port), "--browser.gatherUsageStats", "false"]
+    return subprocess.call(command, cwd=app.parent)
 
 
 def _worker(args: argparse.Namespace) -> int:

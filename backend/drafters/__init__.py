@@ -1,100 +1,97 @@
-"""The draft mechanisms, one file each, and the one place that builds them by name.
+"""The drafter registry: every draft mechanism, one line each, and the one place that builds them by name.
 
-`none` means no drafter: plain decoding, the baseline. Everything else implements the protocol in
-`base.py`. The trained kinds (eagle3, mtp, dflash, dspark) load a weights folder: the one given in
-the options, else the folder under data/drafters/ ($SPECSCOPE_DRAFTERS) trained for this very target
-(its fingerprint). The draft-model drafter loads the draft model given in the options, else the student
-distilled for this target found there (a Hugging Face folder whose config.json names its target).
+Each mechanism is one file in this package ending with its `SPEC` (spec.py): name, options with bounds
+and help, build function, and whether it needs trained weights. The CLI flags, the worker's request
+model, `/models`, the dashboard's drafter list and options, and the losslessness tests all read REGISTRY,
+so adding a drafter is one file and one line below. `none` means no drafter: plain decoding, the baseline.
+
+The trained kinds load a weights folder: the one given in the options, else the folder under
+data/drafters/ ($SPECSCOPE_DRAFTERS) trained for this very target (shipped.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+import dataclasses
+import importlib
+from collections.abc import Mapping
 
 from backend.core.drafter import Drafter
 from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel, load_model
-from backend.drafters.dflash import DFlashDrafter
-from backend.drafters.draft_model import DraftModelDrafter
-from backend.drafters.dspark import DSparkDrafter
-from backend.drafters.eagle3 import Eagle3Drafter
-from backend.drafters.layerskip import LayerSkipDrafter
-from backend.drafters.mtp import MtpDrafter
-from backend.drafters.ngram import NgramDrafter
-from backend.drafters.suffix import SuffixDrafter
-
-TRAINED = {"eagle3": Eagle3Drafter, "mtp": MtpDrafter, "dflash": DFlashDrafter, "dspark": DSparkDrafter}
-DISTILLED_DRAFT = "draft-model"  # the kind of a distilled student, a whole HF model folder
-STUDENT_MARKER = "specscope_drafter"  # the key in a student's config.json naming its kind and target
-DRAFTER_NAMES = ("none", "ngram", "suffix", "draft-model", "layerskip", *TRAINED)
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "drafters"
+from backend.drafters.shipped import DISTILLED_DRAFT, SHIPPED_DIR, STUDENT_MARKER, trained_folders
+from backend.drafters.spec import DrafterSpec, LoadModel, OptionInfo
 
 
-@dataclass(frozen=True)
-class DrafterOptions:
-    ngram_min: int = 1
-    ngram_max: int = 4
-    suffix_max_depth: int = 24
-    suffix_max_spec_factor: float = 1.0
-    suffix_min_token_prob: float = 0.1
-    layerskip_exit_layer: int | None = None  # default: half the target's layers
-    draft_model: str | None = None  # model spec of the external draft
-    drafter_path: str | None = None  # weights folder of a trained drafter (default: the shipped one)
+def _registry(*modules: str) -> dict[str, DrafterSpec]:
+    specs = [importlib.import_module(f"{__name__}.{module}").SPEC for module in modules]
+    return {spec.name: spec for spec in specs}
 
 
-def build_drafter(name: str, target: LoadedModel, options: DrafterOptions = DrafterOptions(),
-                  load: Callable[..., LoadedModel] = load_model) -> Drafter | None:
+# one line per drafter: the module in this package whose SPEC describes it (dashboard order)
+REGISTRY: dict[str, DrafterSpec] = _registry(
+    "suffix",
+    "ngram",
+    "draft_model",
+    "layerskip",
+    "eagle3",
+    "mtp",
+    "dflash",
+    "dspark",
+)
+
+PLAIN = "none"
+DRAFTER_NAMES = (PLAIN, *REGISTRY)
+TRAINED = tuple(name for name, spec in REGISTRY.items() if spec.trained)
+
+
+def all_options() -> list[OptionInfo]:
+    """Every drafter's options, each name once; a name two drafters share must mean the same option."""
+    seen: dict[str, OptionInfo] = {}
+    for spec in REGISTRY.values():
+        for info in spec.option_infos():
+            if seen.setdefault(info.name, info) != info:
+                raise TypeError(f"option '{info.name}' is declared differently by two drafters")
+    return list(seen.values())
+
+
+def _options_class() -> type:
+    fields = [(info.name, info.kind | None if info.optional else info.kind, dataclasses.field(default=info.default))
+              for info in all_options()]
+    record = dataclasses.make_dataclass("DrafterOptions", fields, frozen=True)
+    record.__module__ = __name__
+    record.__doc__ = "Every registered drafter's options in one frozen record (CLI flags, request fields)."
+    return record
+
+
+DrafterOptions = _options_class()
+
+
+def options_for(name: str, options: DrafterOptions | Mapping | None = None):
+    """The options instance of drafter `name`, taken from the flat record or mapping (other drafters' fields
+    are ignored)."""
+    spec = REGISTRY[name]
+    values = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options or {})
+    wanted = {f.name for f in dataclasses.fields(spec.options)}
+    return spec.options(**{key: value for key, value in values.items() if key in wanted})
+
+
+def build_drafter(name: str, target: LoadedModel, options: DrafterOptions | Mapping | None = None,
+                  load: LoadModel = load_model) -> Drafter | None:
     """Build a drafter for `target` by name; `load` loads an external draft model (same device)."""
-    tle = target.tle_per_forward
-    if name == "none":
+    if name == PLAIN:
         return None
-    if name == "ngram":
-        return NgramDrafter(tle, options.ngram_min, options.ngram_max)
-    if name == "suffix":
-        return SuffixDrafter(tle, options.suffix_max_depth, options.suffix_max_spec_factor,
-                             min_token_prob=options.suffix_min_token_prob)
-    if name == "layerskip":
-        return LayerSkipDrafter(target, options.layerskip_exit_layer)
-    if name == DISTILLED_DRAFT:
-        spec = options.draft_model or options.drafter_path or trained_folders(target).get(DISTILLED_DRAFT)
-        if not spec:
-            raise SpecScopeError("the draft-model drafter needs a draft model: pass --draft-model SPEC (a Hugging "
-                                 "Face id, a folder or a .gguf file sharing the target's tokenizer), or distil one "
-                                 f"with `python -m backend train --kind draft-model --target {target.spec} --out "
-                                 "data/drafters/draft-model-NAME`")
-        draft = load(str(spec), device=str(target.device), dtype=_dtype_name(target))
-        return DraftModelDrafter(target, draft)
-    if name in TRAINED:
-        folder = options.drafter_path or trained_folders(target).get(name)
-        if folder is None:
-            raise SpecScopeError(f"no trained {name} drafter for '{target.spec}': train one with `python -m backend "
-                                 f"train --kind {name} --target {target.spec} --out data/drafters/{name}-NAME`, or "
-                                 "give its folder with --drafter-path")
-        return TRAINED[name].load(folder, target)
-    raise SpecScopeError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
+    if name not in REGISTRY:
+        raise SpecScopeError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
+    return REGISTRY[name].build(target, options_for(name, options), load)
 
 
-def trained_folders(target: LoadedModel, root: Path | None = None) -> dict[str, Path]:
-    """The weights folders under `root` (default $SPECSCOPE_DRAFTERS, else data/drafters/) trained for this
-    target (same fingerprint), by kind; a distilled student's record sits under STUDENT_MARKER."""
-    root = root or Path(os.environ.get("SPECSCOPE_DRAFTERS", SHIPPED_DIR))
-    found = {}
-    for config in sorted(root.glob("*/config.json")):
-        try:
-            record = json.loads(config.read_text())
-        except ValueError:
-            continue
-        record = record.get(STUDENT_MARKER, record)
-        kind = record.get("kind")
-        if (kind in TRAINED or kind == DISTILLED_DRAFT) and record.get("target", {}).get("fingerprint") == \
-                target.fingerprint:
-            found.setdefault(kind, config.parent)
-    return found
+def available_drafters(target: LoadedModel | None) -> dict[str, str | None]:
+    """The drafters usable with `target`, with the weights folder each trained one would load (None for
+    the rest); trained kinds without weights for this target are left out."""
+    folders = trained_folders(target) if target is not None else {}
+    return {PLAIN: None, **{name: str(folders[name]) if name in folders else None for name, spec in REGISTRY.items()
+                            if not spec.trained or name in folders}}
 
 
-def _dtype_name(model: LoadedModel) -> str:
-    return str(model.dtype).removeprefix("torch.")
+__all__ = ["DISTILLED_DRAFT", "DRAFTER_NAMES", "PLAIN", "REGISTRY", "SHIPPED_DIR", "STUDENT_MARKER", "TRAINED",
+           "DrafterOptions", "all_options", "available_drafters", "build_drafter", "options_for", "trained_folders"]

@@ -34,6 +34,7 @@ from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel, matmul_weights
 from backend.core.verify import sample, target_probs
+from backend.drafters.spec import trained_spec
 from backend.drafters.trained import (
     DrafterWeightsError,
     TargetParts,
@@ -433,3 +434,10 @@ class DFlashDrafter:
 
     def start(self, prompt: list[int], prompt_hidden: dict[int, torch.Tensor]) -> DFlashSession:
         return self.session_class(self, prompt, prompt_hidden)
+
+
+SPEC = trained_spec(
+    "dflash",
+    "DFlash: a block head drafts every position of a block in one pass from the target's hidden states",
+    DFlashDrafter.load,
+    lambda target: DFlashDrafter(target, new_head(target)))

@@ -7,13 +7,18 @@ Knows nothing about the target except its vocabulary size and cost.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from backend.core.drafter import DrafterCost
+from backend.core.errors import SpecScopeError
 from backend.core.kv import ForwardResult
 from backend.core.models import LoadedModel, check_same_tokenizer, matmul_weights
 from backend.core.target_passes import compile_mode, target_passes
 from backend.drafters.autoregressive import AutoregressiveSession
+from backend.drafters.shipped import DISTILLED_DRAFT, trained_folders
+from backend.drafters.spec import DrafterSpec, LoadModel, option
 
 
 class DraftModelRunner:
@@ -53,3 +58,36 @@ class DraftModelDrafter:
 
     def start(self, prompt: list[int], prompt_hidden: dict[int, torch.Tensor]) -> AutoregressiveSession:
         return AutoregressiveSession(self.runner, self.target.eos_token_ids)
+
+
+@dataclass(frozen=True)
+class DraftModelOptions:
+    draft_model: str | None = option(None, "the draft's model spec: a Hugging Face id, a folder or a .gguf file "
+                                           "sharing the target's tokenizer (default: the student distilled for "
+                                           "the target under data/drafters/)", label="draft model")
+    drafter_path: str | None = option(None, "weights folder of a trained drafter (default: the one under "
+                                            "data/drafters/ trained for the target)", label="weights folder")
+
+
+def _build(target: LoadedModel, options: DraftModelOptions, load: LoadModel) -> DraftModelDrafter:
+    spec = options.draft_model or options.drafter_path or trained_folders(target).get(DISTILLED_DRAFT)
+    if not spec:
+        raise SpecScopeError("the draft-model drafter needs a draft model: pass --draft-model SPEC (a Hugging "
+                             "Face id, a folder or a .gguf file sharing the target's tokenizer), or distil one "
+                             f"with `python -m backend train --kind draft-model --target {target.spec} --out "
+                             "data/drafters/draft-model-NAME`")
+    draft = load(str(spec), device=str(target.device), dtype=str(target.dtype).removeprefix("torch."))
+    return DraftModelDrafter(target, draft)
+
+
+def _export(draft_len: int, schedule: dict[int, int], options: DraftModelOptions) -> dict[str, object]:
+    return {"vllm": {"model": "<draft model id or path>", "num_speculative_tokens": draft_len},
+            "sglang": f"--speculative-algorithm STANDALONE --speculative-draft-model-path <draft> "
+                      f"--speculative-num-steps {draft_len} --speculative-eagle-topk 1 "
+                      f"--speculative-num-draft-tokens {draft_len + 1}",
+            "tensorrt_llm": f"DraftTargetDecodingConfig(max_draft_len={draft_len}, "
+                            f"speculative_model='<draft model id or path>')"}
+
+
+SPEC = DrafterSpec("draft-model", "an external small model sharing the target's tokenizer drafts autoregressively",
+                   DraftModelOptions, _build, export=_export)

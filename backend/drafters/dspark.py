@@ -45,6 +45,7 @@ from backend.drafters.dflash import (
     position_weights,
     top1_by_position,
 )
+from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch
 
 KIND = "dspark"
@@ -177,3 +178,11 @@ class DSparkDrafter(DFlashDrafter):
                      + matmul_weights(head.confidence)) / layer
         per_pass = matmul_weights(head.backbone) / layer
         return DrafterCost(per_pass / head.config.block_size + per_token, self.target.tle_per_forward)
+
+
+SPEC = trained_spec(
+    "dspark",
+    "DSpark: DFlash's block drafter plus a Markov head over the previous draft and a confidence head that "
+    "stops the block",
+    DSparkDrafter.load,
+    lambda target: DSparkDrafter(target, new_head(target)))

@@ -35,6 +35,7 @@ from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel, matmul_weights
 from backend.core.verify import sample, target_probs
 from backend.drafters import trained
+from backend.drafters.spec import trained_spec
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
 
 KIND = "eagle3"
@@ -459,3 +460,10 @@ def training_loss(head: Eagle3Head, parts: TargetParts, batch: TrainBatch, steps
 class Eagle3Drafter(FeatureDrafter):
     name = KIND
     head_class = Eagle3Head
+
+
+SPEC = trained_spec(
+    "eagle3",
+    "EAGLE-3: a one-layer head on the target's low, middle and high hidden states drafts autoregressively",
+    Eagle3Drafter.load,
+    lambda target: Eagle3Drafter(target, new_head(target)))

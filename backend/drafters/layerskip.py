@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 
@@ -20,6 +21,7 @@ from backend.core.errors import SpecScopeError
 from backend.core.kv import ForwardResult, cached_forward, new_cache, trim_cache
 from backend.core.models import LoadedModel, matmul_weights
 from backend.drafters.autoregressive import AutoregressiveSession
+from backend.drafters.spec import DrafterSpec, option
 
 
 class LayerSkipRunner:
@@ -71,3 +73,14 @@ class LayerSkipDrafter:
 
     def start(self, prompt: list[int], prompt_hidden: dict[int, torch.Tensor]) -> AutoregressiveSession:
         return AutoregressiveSession(self.runner, self.target.eos_token_ids)
+
+
+@dataclass(frozen=True)
+class LayerSkipOptions:
+    layerskip_exit_layer: int | None = option(None, "layers used to draft (default: half the target's)", ge=1,
+                                              label="exit after layer")
+
+
+SPEC = DrafterSpec(
+    "layerskip", "self-speculation: the target's first layers and its own LM head draft", LayerSkipOptions,
+    lambda target, options, load: LayerSkipDrafter(target, options.layerskip_exit_layer))

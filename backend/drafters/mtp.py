@@ -30,6 +30,7 @@ from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel
 from backend.drafters import eagle3
 from backend.drafters.eagle3 import DraftLayer, FeatureDrafter, FeatureHead
+from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch
 
 KIND = "mtp"
@@ -119,3 +120,10 @@ def training_loss(head: MtpHead, parts: TargetParts, batch: TrainBatch, steps: i
 class MtpDrafter(FeatureDrafter):
     name = KIND
     head_class = MtpHead
+
+
+SPEC = trained_spec(
+    "mtp",
+    "multi-token prediction: a head on the target's last hidden state, chained over its own features",
+    MtpDrafter.load,
+    lambda target: MtpDrafter(target, new_head(target)))

@@ -11,12 +11,15 @@ drafts are deterministic (q one-hot).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.errors import SpecScopeError
+from backend.drafters.spec import DrafterSpec, option
 
 
 class NgramDrafter:
@@ -73,3 +76,25 @@ def find_continuation(tokens: np.ndarray, min_n: int, max_n: int, max_tokens: in
             start = int(full[-1] if full.size else hits[0]) + n
             return tokens[start: start + max_tokens].tolist(), n
     return [], 0
+
+
+@dataclass(frozen=True)
+class NgramOptions:
+    ngram_min: int = option(1, "shortest n-gram to match", ge=1, le=16, label="shortest n-gram")
+    ngram_max: int = option(4, "longest n-gram to match", ge=1, le=16, label="longest n-gram")
+
+
+def _export(draft_len: int, schedule: dict[int, int], options: NgramOptions) -> dict[str, object]:
+    return {"vllm": {"method": "ngram", "num_speculative_tokens": draft_len,
+                     "prompt_lookup_min": options.ngram_min, "prompt_lookup_max": options.ngram_max},
+            "sglang": f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {draft_len + 1} "
+                      "--speculative-ngram-max-bfs-breadth 1",
+            "tensorrt_llm": f"NGramDecodingConfig(max_draft_len={draft_len}, max_matching_ngram_size="
+                            f"{options.ngram_max}"
+                            f"{', draft_len_schedule=' + repr(schedule) if len(schedule) > 1 else ''})"}
+
+
+SPEC = DrafterSpec(
+    "ngram", "prompt lookup: copy what followed the last occurrence of the current n-gram", NgramOptions,
+    lambda target, options, load: NgramDrafter(target.tle_per_forward, options.ngram_min, options.ngram_max),
+    export=_export)

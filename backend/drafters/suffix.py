@@ -24,6 +24,7 @@ import torch
 
 from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.errors import SpecScopeError
+from backend.drafters.spec import DrafterSpec, option
 
 
 class Node:
@@ -181,3 +182,28 @@ class SuffixSession:
 
     def close(self) -> None:
         self.drafter.remember(self.request_id, self.output)
+
+
+@dataclass(frozen=True)
+class SuffixOptions:
+    suffix_max_depth: int = option(24, "suffix tree depth", ge=2, le=128, label="tree depth")
+    suffix_max_spec_factor: float = option(1.0, "draft at most factor x the matched length", gt=0, le=64,
+                                           label="max_spec_factor")
+    suffix_min_token_prob: float = option(0.1, "stop a draft where its path probability falls below this", ge=0,
+                                          le=1, label="min_token_prob")
+
+
+def _export(draft_len: int, schedule: dict[int, int], options: SuffixOptions) -> dict[str, object]:
+    return {"vllm": {"method": "suffix", "num_speculative_tokens": draft_len,
+                     "suffix_decoding_max_tree_depth": options.suffix_max_depth,
+                     "suffix_decoding_max_spec_factor": options.suffix_max_spec_factor,
+                     "suffix_decoding_min_token_prob": options.suffix_min_token_prob},
+            "tensorrt_llm": f"SADecodingConfig(max_draft_len={draft_len})  # suffix automaton, TensorRT-LLM's nearest"}
+
+
+SPEC = DrafterSpec(
+    "suffix", "suffix decoding: the longest match in suffix trees of this request and earlier outputs", SuffixOptions,
+    lambda target, options, load: SuffixDrafter(target.tle_per_forward, options.suffix_max_depth,
+                                                options.suffix_max_spec_factor,
+                                                min_token_prob=options.suffix_min_token_prob),
+    export=_export)

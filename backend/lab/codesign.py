@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 
+from backend.drafters import REGISTRY, options_for
 from backend.lab.analysis import d_ladder, d_start, newest_per_config, predicted_speedup, recommended_d
 
 
@@ -59,25 +60,14 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
 
 def config_snippets(drafter: str, draft_len: str, by_batch_size: dict[str, str]) -> dict[str, str]:
     """The chosen drafter and D (and a D per batch size where the engine takes one) as each engine
-    spells them, with their documented option names. SGLang counts the current token in
-    `--speculative-num-draft-tokens` for chains (EAGLE with topk 1: steps + 1), hence D + 1."""
+    spells them: the drafter's own export (its spec, with its default options) inside each engine's
+    command line. SGLang counts the current token in `--speculative-num-draft-tokens` for chains
+    (EAGLE with topk 1: steps + 1), hence D + 1 in the drafters' exports."""
     fixed = int(draft_len)
     schedule = {int(b): int(d) for b, d in by_batch_size.items()}
-    vllm = {"ngram": {"method": "ngram", "num_speculative_tokens": fixed, "prompt_lookup_min": 1,
-                      "prompt_lookup_max": 4},
-            "suffix": {"method": "suffix", "num_speculative_tokens": fixed, "suffix_decoding_max_tree_depth": 24,
-                       "suffix_decoding_max_spec_factor": 1.0, "suffix_decoding_min_token_prob": 0.1},
-            "draft-model": {"model": "<draft model id or path>", "num_speculative_tokens": fixed}}.get(drafter)
-    sglang = {"ngram": f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {fixed + 1} "
-                       "--speculative-ngram-max-bfs-breadth 1",
-              "draft-model": f"--speculative-algorithm STANDALONE --speculative-draft-model-path <draft> "
-                             f"--speculative-num-steps {fixed} --speculative-eagle-topk 1 "
-                             f"--speculative-num-draft-tokens {fixed + 1}"}.get(drafter)
-    trtllm = {"ngram": f"NGramDecodingConfig(max_draft_len={fixed}, max_matching_ngram_size=4"
-                       f"{', draft_len_schedule=' + repr(schedule) if len(schedule) > 1 else ''})",
-              "suffix": f"SADecodingConfig(max_draft_len={fixed})  # suffix automaton, TensorRT-LLM's nearest",
-              "draft-model": f"DraftTargetDecodingConfig(max_draft_len={fixed}, "
-                             f"speculative_model='<draft model id or path>')"}.get(drafter)
+    spec = REGISTRY.get(drafter)
+    fragments = spec.export(fixed, schedule, options_for(drafter)) if spec and spec.export else {}
+    vllm, sglang, trtllm = (fragments.get(engine) for engine in ("vllm", "sglang", "tensorrt_llm"))
     snippets = {}
     if vllm:
         snippets["vllm"] = f"vllm serve <model> --speculative-config '{json.dumps(vllm)}'"

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.core.errors import SpecScopeError
+from backend.core.paths import shipped_data
 
 if TYPE_CHECKING:  # the dashboard imports this module; it must not pull in transformers
     from transformers import PreTrainedTokenizerBase
 
-SUITE_DIR = Path(__file__).resolve().parents[2] / "data" / "prompts"
+SUITE_DIR = shipped_data() / "prompts"
 DEFAULT_SUITE = SUITE_DIR / "specscope_suite.jsonl"
 
 

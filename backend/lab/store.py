@@ -22,7 +22,9 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-DEFAULT_DB = Path(__file__).resolve().parents[2] / "data" / "specscope.duckdb"
+from backend.core.paths import user_data
+
+DEFAULT_DB = user_data() / "specscope.duckdb"
 
 MIGRATIONS: list[tuple[int, str]] = [
     (1, """

@@ -15,6 +15,7 @@ No endpoint takes SQL. This module is routes and validation; the work is in live
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import ipaddress
 import json
@@ -28,13 +29,13 @@ from typing import Literal
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from backend.core.errors import SpecScopeError
 from backend.core.models import DEFAULT_SPEC, config_facts
 from backend.core.policy import MAX_DRAFT_LEN, make_policy
 from backend.core.verify import SamplingParams
-from backend.drafters import DRAFTER_NAMES, TRAINED, DrafterOptions, trained_folders
+from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_options, available_drafters
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
 from backend.lab.store import RunStore
@@ -46,18 +47,9 @@ MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
 
 
-class DrafterFields(BaseModel):
+class DrafterChoice(BaseModel):
     drafter: str = "suffix"
     draft_len: int | Literal["auto"] = "auto"
-    draft_model: str | None = None
-    drafter_path: str | None = Field(None, description="weights folder of a trained drafter (default: the shipped "
-                                                       "one for the target)")
-    ngram_min: int = Field(1, ge=1, le=16)
-    ngram_max: int = Field(4, ge=1, le=16)
-    suffix_max_depth: int = Field(24, ge=2, le=128)
-    suffix_max_spec_factor: float = Field(1.0, gt=0, le=64)
-    suffix_min_token_prob: float = Field(0.1, ge=0, le=1)
-    layerskip_exit_layer: int | None = Field(None, ge=1)
 
     @field_validator("drafter")
     @classmethod
@@ -74,10 +66,16 @@ class DrafterFields(BaseModel):
         return value
 
     def lane(self) -> LaneSpec:
-        options = DrafterOptions(self.ngram_min, self.ngram_max, self.suffix_max_depth, self.suffix_max_spec_factor,
-                                 self.suffix_min_token_prob, self.layerskip_exit_layer, self.draft_model,
-                                 self.drafter_path)
+        options = DrafterOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DrafterOptions)})
         return LaneSpec(self.drafter, self.draft_len, options)
+
+
+# the drafter and every registered drafter's options (bounds and help from the registry)
+DrafterFields = create_model(
+    "DrafterFields", __base__=DrafterChoice,
+    **{info.name: (info.kind | None if info.optional else info.kind,
+                   Field(info.default, ge=info.ge, le=info.le, gt=info.gt, description=info.help))
+       for info in all_options()})
 
 
 class PromptFields(BaseModel):
@@ -231,11 +229,14 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                             "facts": loaded.facts.to_dict() if loaded else None,
                             "tle_per_forward": loaded.tle_per_forward if loaded else None})
         defaults = DrafterFields().model_dump()
-        default_target = models.peek(settings.default_target)
-        trained = trained_folders(default_target) if default_target else {}
+        available = available_drafters(models.peek(settings.default_target))
         return {"default_target": settings.default_target, "targets": targets,
-                "drafters": [{"name": name, "defaults": defaults, "available": name not in TRAINED or name in trained,
-                              "weights": str(trained[name]) if name in trained else None} for name in DRAFTER_NAMES]}
+                "drafters": [{"name": name, "defaults": defaults, "available": name in available,
+                              "weights": available.get(name),
+                              "summary": REGISTRY[name].summary if name in REGISTRY else "plain decoding (no drafter)",
+                              "trained": name in REGISTRY and REGISTRY[name].trained,
+                              "options": [info.to_dict() for info in REGISTRY[name].option_infos()]
+                              if name in REGISTRY else []} for name in DRAFTER_NAMES]}
 
     def run_request(body: PromptFields, lanes: list[LaneSpec], replay: bool) -> RunRequest:
         try:

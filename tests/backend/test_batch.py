@@ -8,7 +8,8 @@ import pytest
 import backend.core.batch_cache
 from backend.core.batch import BatchEngine
 from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.drafters import DrafterOptions, build_drafter
+from backend.drafters import build_drafter
+from tests.drafters import EVERY_DRAFTER, registered_drafter
 
 PROMPTS = [
     [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13],
@@ -28,11 +29,10 @@ def engine(tiny, request):
     return SpeculativeEngine(tiny.model, set(), 512, compile=request.param)
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "suffix", "layerskip", "draft-model"])
+@pytest.mark.parametrize("name", ["none", *EVERY_DRAFTER])
 @pytest.mark.parametrize("draft_len", [0, 3, "auto", "schedule:1=6/3=2"])
 def test_every_row_equals_its_single_sequence_output(tiny, tiny_other, engine, name, draft_len):
-    drafter = build_drafter(name, tiny, DrafterOptions(layerskip_exit_layer=3, draft_model="x"),
-                            load=lambda *args, **kwargs: tiny_other)
+    drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
     result = BatchEngine(engine).generate(PROMPTS, drafter, GenerationSettings(40, draft_len=draft_len))
     assert [row.output_ids for row in result.rows] == single_outputs(engine, 40)
     assert result.new_tokens == 40 * len(PROMPTS) and result.wall_s >= result.prefill_s > 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.core.batch import BatchEngine
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
 from backend.core.fast_forward import FastForward
@@ -16,10 +15,10 @@ from backend.core.kv import cached_forward, new_cache, trim_cache
 from backend.core.static_kv import StaticKV
 from backend.core.target_passes import CompiledPasses, compile_mode, prepare, resolve_compile
 from backend.core.verify import SamplingParams
-from backend.drafters import DrafterOptions, build_drafter, dflash, dspark, eagle3, mtp
 from backend.drafters.draft_model import DraftModelDrafter
 from tests.backend.test_engine import PROMPT, ScriptedDrafter, hf_greedy
 from tests.backend.test_sampling import SETTINGS, SIGNIFICANCE, accept_all, exact_joint, goodness_of_fit, sampled_joint
+from tests.drafters import EVERY_DRAFTER, registered_drafter
 from tests.tiny import tiny_llama
 
 
@@ -67,29 +66,10 @@ def test_compiled_plain_greedy_equals_hugging_face_generate(tiny):
     assert generate(tiny, None, 0).output_ids == hf_greedy(tiny, PROMPT, 40)
 
 
-DRAFTERS = ["ngram", "suffix", "layerskip", "draft-model", "eagle3", "mtp", "dflash", "dspark"]
-HEADS = {"eagle3": (eagle3, eagle3.Eagle3Drafter), "mtp": (mtp, mtp.MtpDrafter),
-         "dflash": (dflash, dflash.DFlashDrafter), "dspark": (dspark, dspark.DSparkDrafter)}
-
-
-def make_drafter(name: str, tiny, tiny_other):
-    if name in HEADS:
-        module, drafter_class = HEADS[name]
-        return drafter_class(tiny, module.new_head(tiny))
-    options = DrafterOptions(draft_model="tiny-draft", layerskip_exit_layer=3)
-    return build_drafter(name, tiny, options, load=lambda *args, **kwargs: tiny_other)
-
-
-def test_every_registered_drafter_is_covered():
-    from backend.drafters import DRAFTER_NAMES
-
-    assert set(DRAFTER_NAMES) - {"none"} == set(DRAFTERS)
-
-
-@pytest.mark.parametrize("name", DRAFTERS)
+@pytest.mark.parametrize("name", EVERY_DRAFTER)
 @pytest.mark.parametrize("draft_len", [1, 3, 8, "auto"])
 def test_every_drafter_is_lossless_on_the_compiled_engine(tiny, tiny_other, name, draft_len):
-    result = generate(tiny, make_drafter(name, tiny, tiny_other), draft_len)
+    result = generate(tiny, registered_drafter(name, tiny, tiny_other, exit_layer=3), draft_len)
     plain = generate(tiny, None, 0)
     assert result.output_ids == plain.output_ids == generate(tiny, None, 0, compile="off").output_ids
     assert sum(len(step.emitted) for step in result.steps) == len(result.output_ids)
@@ -108,18 +88,6 @@ def test_a_draft_model_equal_to_the_target_is_always_accepted(tiny):
     result = generate(tiny, DraftModelDrafter(tiny, tiny), 4, max_new_tokens=41)
     assert all(step.accepted == len(step.drafted) for step in result.steps)
     assert result.output_ids == generate(tiny, None, 0, max_new_tokens=41).output_ids
-
-
-def test_batched_trained_drafters_on_a_compiled_target_equal_their_single_sequences(tiny, tiny_other):
-    """Rows of a batch get their own hidden states from the compiled pass (the batched tests of
-    test_batch.py cover the other drafters on both paths)."""
-    engine = SpeculativeEngine(tiny.model, set(), tiny.facts.max_context, "on")
-    prompts = [PROMPT, [7, 8], [12], [50, 51, 50, 51, 52]]
-    singles = [engine.generate(p, None, GenerationSettings(30, draft_len=0)).run().output_ids for p in prompts]
-    for name in HEADS:
-        result = BatchEngine(engine).generate(prompts, make_drafter(name, tiny, tiny_other),
-                                              GenerationSettings(30, draft_len=3))
-        assert [row.output_ids for row in result.rows] == singles, name
 
 
 @pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])

@@ -12,6 +12,7 @@ from backend.core.errors import SpecScopeError
 from backend.core.kv import cached_forward, new_cache, trim_cache
 from backend.drafters import DrafterOptions, build_drafter
 from backend.drafters.draft_model import DraftModelDrafter
+from tests.drafters import EVERY_DRAFTER, registered_drafter
 
 # a prompt with repeats, so lookup drafters find matches from the first step
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
@@ -38,11 +39,10 @@ def test_plain_engine_equals_hugging_face_greedy(tiny):
     assert run(tiny, None, 0).output_ids == hf_greedy(tiny, PROMPT, 40)
 
 
-@pytest.mark.parametrize("name", ["ngram", "suffix", "layerskip", "draft-model"])
+@pytest.mark.parametrize("name", EVERY_DRAFTER)
 @pytest.mark.parametrize("draft_len", [1, 3, 8, "auto"])
 def test_greedy_output_equals_target_greedy_for_every_drafter(tiny, tiny_other, name, draft_len):
-    options = DrafterOptions(draft_model="tiny-draft", layerskip_exit_layer=3)
-    drafter = build_drafter(name, tiny, options, load=lambda *args, **kwargs: tiny_other)
+    drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
     result = run(tiny, drafter, draft_len)
     assert result.output_ids == run(tiny, None, 0).output_ids
     assert sum(len(s.emitted) for s in result.steps) == len(result.output_ids)

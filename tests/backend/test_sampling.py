@@ -17,6 +17,7 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams, Verdict, target_probs
 from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.ngram import NgramDrafter
+from tests.drafters import EVERY_DRAFTER, registered_drafter
 
 VOCAB = 12
 PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
@@ -68,6 +69,14 @@ SETTINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top
 def test_draft_model_sampling_matches_the_target(pair, sampling):
     target, draft = pair
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
+    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("name", EVERY_DRAFTER)
+def test_every_registered_drafter_samples_from_the_target(pair, name):
+    target, draft = pair
+    sampling = SamplingParams(temperature=1.0)
+    counts = sampled_joint(target, registered_drafter(name, target, draft), sampling, draft_len=3)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
 
 
