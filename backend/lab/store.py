@@ -309,7 +309,7 @@ class RunStore:
     def acceptance_tables(self, target: str | None = None, drafter: str | None = None, category: str | None = None,
                           split: str | None = None) -> dict[str, pd.DataFrame]:
         """Acceptance over every stored drafting step, grouped by (drafter, draft_len, category), computed
-        in DuckDB: `runs` (accepted drafts and drafting steps per run, for bootstrap CIs), `histogram`
+        in DuckDB: `runs` (accepted drafts, drafting steps and drafted tokens per run, for bootstrap CIs), `histogram`
         (steps by accepted count) and `positions` (per draft position: steps that reached it with every
         earlier draft accepted, and steps that accepted it). Runs without a category count as '(none)';
         `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs)."""
@@ -322,7 +322,8 @@ class RunStore:
                    st.accepted, len(st.drafted) AS drafted
             FROM steps st JOIN runs r USING (run_id) WHERE {' AND '.join(conditions)}"""
         queries = {
-            "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps
+            "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps,
+                               sum(drafted) AS drafted
                         FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",
             "histogram": f"""SELECT drafter, draft_len, category, accepted, count(*) AS steps
                              FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",

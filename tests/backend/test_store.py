@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import time
-from types import SimpleNamespace
 
 import httpx
 import pytest
 
-from backend.core.metrics import acceptance_stats
+from backend.core.metrics import AcceptanceCounter
 from backend.lab.analysis import acceptance_groups
 from backend.lab.store import MIGRATIONS, RunStore
 from tests.tiny import save_tiny
@@ -63,27 +62,32 @@ def test_a_baseline_is_a_single_sequence_plain_run_on_the_same_path(tmp_path):
     assert store.baseline_tokens_per_s("f", ["hello"], 8, 0.0, "cpu", "off") == 10.0
 
 
-def test_acceptance_tables_agree_with_the_metrics_module(tmp_path):
+def test_the_sql_aggregates_equal_the_acceptance_counter_on_the_same_stored_runs(tmp_path):
     store = RunStore(tmp_path / "acc.duckdb")
-    pattern = {"r1": [(3, 3), (3, 0), (3, 1), (0, 0)], "r2": [(3, 2), (2, 2)], "r3": [(3, 3)]}  # (drafted, accepted)
-    records = {}
+    pattern = {"r1": [(3, 3), (3, 0), (3, 1), (0, 0)], "r2": [(3, 2), (2, 2), (1, 0)], "r3": [(3, 3)],
+               "r4": [(2, 1)]}  # (drafted, accepted) per step; r4 fails and is left out
     for run_id, steps in pattern.items():
         store.start_run(run_row(run_id, draft_len=3, category="chat" if run_id != "r3" else "code"))
-        records[run_id] = [{"index": i, "turn": 0, "draft_len": 3, "drafted": list(range(10, 10 + n)), "accepted": a,
-                            "emitted": list(range(a + 1)), "draft_s": 0.0, "verify_s": 0.01}
-                           for i, (n, a) in enumerate(steps)]
-        store.add_steps(run_id, records[run_id])
-        store.finish_run(run_id, status="complete")
+        store.add_steps(run_id, [{"index": i, "turn": 0, "draft_len": 3, "drafted": list(range(10, 10 + n)),
+                                  "accepted": a, "emitted": list(range(a + 1)), "draft_s": 0.0, "verify_s": 0.01}
+                                 for i, (n, a) in enumerate(steps)])
+        store.finish_run(run_id, status="failed" if run_id == "r4" else "complete")
     tables = [table.to_dict(orient="records") for table in store.acceptance_tables(target="t").values()]
     [pooled] = acceptance_groups(*tables, pool_categories=True)
-    expected = acceptance_stats([SimpleNamespace(**s) for steps in records.values() for s in steps])
-    assert pooled["drafting_steps"] == expected.drafting_steps == 6 and pooled["runs"] == 3
-    assert pooled["al"] == pytest.approx(expected.al)
-    assert pooled["histogram"] == expected.histogram
+
+    counter = AcceptanceCounter()
+    for run_id in ("r1", "r2", "r3"):  # fed step by step from the stored rows
+        for step in store.steps(run_id).itertuples():
+            counter.add(len(step.drafted), step.accepted)
+    expected = counter.stats()
+    assert pooled["drafting_steps"] == expected.drafting_steps == 7 and pooled["runs"] == 3
+    assert pooled["al"] == pytest.approx(expected.al) == pytest.approx(1 + 11 / 7)
+    assert pooled["acceptance_rate"] == pytest.approx(expected.acceptance_rate) == pytest.approx(11 / 18)
+    assert pooled["histogram"] == expected.histogram == [2, 1, 2, 2]
     assert pooled["survival"] == pytest.approx(expected.survival)
     assert pooled["conditional"] == pytest.approx(expected.conditional)
     by_category = acceptance_groups(*tables)
-    assert [(g["category"], g["drafting_steps"]) for g in by_category] == [("chat", 5), ("code", 1)]
+    assert [(g["category"], g["drafting_steps"]) for g in by_category] == [("chat", 6), ("code", 1)]
     assert acceptance_groups(*(t.to_dict(orient="records")
                                for t in store.acceptance_tables(target="other").values())) == []
 
