@@ -9,7 +9,7 @@ read-only analyses GET /aggregates/acceptance and GET /codesign. One compute job
 others wait in line and are told their place.
 A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
 `Authorization: Bearer <token>`; binding to a non-loopback address without a token is refused.
-No endpoint takes SQL. This module is routes and validation; the work is in live.py.
+No endpoint takes SQL. This module is routes and validation; the work is in dispatch.py and live.py.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from backend.drafters import DRAFTER_NAMES, TRAINED, DrafterOptions, trained_fol
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
 from backend.lab.store import RunStore
+from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
-from backend.serving.live import LaneSpec, LiveService, RunRequest
 from backend.serving.model_cache import ModelCache
+from backend.serving.run_request import LaneSpec, RunRequest
 
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
@@ -173,8 +174,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
                         settings.allow_remote_code, compile=settings.compile)
-    service = LiveService(models, store, settings.default_target)
-    scheduler = Scheduler(service.execute)  # LiveService.execute dispatches on the job kind
+    scheduler = Scheduler(JobDispatcher(models, store, settings.default_target).execute)
     state = {"preload_error": None, "warm": set()}
 
     def preload() -> None:

@@ -6,6 +6,7 @@ import json
 import signal
 import time
 
+import duckdb
 import httpx
 import pytest
 
@@ -28,6 +29,29 @@ def test_migrations_from_empty_and_reopen(tmp_path):
     again = RunStore(tmp_path / "a.duckdb")  # nothing re-applied, nothing lost
     assert again.schema_version() == MIGRATIONS[-1][0]
     assert again.runs().empty
+
+
+def test_a_version_3_file_gains_the_software_columns_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "v3.duckdb"
+    db = duckdb.connect(str(path))
+    db.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+    for version, sql in MIGRATIONS[:3]:
+        db.execute(sql)
+        db.execute("INSERT INTO schema_version VALUES (?, now())", [version])
+    db.execute("INSERT INTO runs (run_id, kind, status, created_at, turns, target, drafter, draft_len) "
+               "VALUES ('old', 'generate', 'complete', now(), '[\"hi\"]', 't', 'ngram', '2')")
+    db.close()
+    store = RunStore(path)
+    assert store.schema_version() == 4
+    old = store.run("old")
+    assert old["status"] == "complete" and old["specscope_version"] is None and old["git_commit"] is None
+    store.start_run(run_row("new", specscope_version="0.1.0", git_commit="abc123"))
+    assert (store.run("new")["specscope_version"], store.run("new")["git_commit"]) == ("0.1.0", "abc123")
+    store.start_sweep("s", "t", "f", "cpu", {})
+    store.add_sweep_points("s", [{"drafter": "ngram", "draft_len": 2, "batch_size": 1, "category": "all",
+                                  "split": "all", "specscope_version": "0.1.0", "git_commit": "abc123"}])
+    [point] = store.sweep_points("s").to_dict(orient="records")
+    assert (point["specscope_version"], point["git_commit"], point["draft_len"]) == ("0.1.0", "abc123", "2")
 
 
 def test_runs_steps_and_filters(tmp_path):

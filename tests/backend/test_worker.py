@@ -62,6 +62,8 @@ def test_generate_streams_start_steps_baseline_summary_and_stores_the_run(worker
     assert stored["status"] == "complete" and stored["drafter"] == "ngram" and stored["draft_len"] == "4"
     assert [s["emitted"] for s in stored["steps"]] == [s["emitted"] for s in steps]
     assert stored["steps"][0]["emitted_text"] and stored["turns"] == [PROMPT]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert stored["specscope_version"] == "0.1.0" and stored["git_commit"] == head
 
 
 def test_a_compiling_worker_says_so_then_stores_compiled_runs(tiny_folder, tmp_path):
