@@ -22,10 +22,9 @@ import math
 import os
 import secrets
 import threading
-from datetime import datetime
 from typing import Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -42,9 +41,11 @@ from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
 from backend.serving.model_cache import ModelCache
 from backend.serving.run_request import LaneSpec, RunRequest
+from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, Moment, name_problem
 
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
+MAX_RUNS_LISTED = 100_000
 
 
 class DrafterFields(BaseModel):
@@ -81,15 +82,15 @@ class DrafterFields(BaseModel):
         return LaneSpec(self.drafter, self.draft_len, options)
 
 
-class PromptFields(BaseModel):
+class PromptFields(CheckedBody):
     prompt: str | None = None
     messages: list[str] | None = Field(None, description="user turns; each sees the model's earlier answers")
-    target: str | None = None
+    target: ModelName | None = None
     max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0, le=10)
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
+    top_k: int = Field(0, ge=0, le=INT32_MAX)
+    seed: int = Field(0, description="any 64-bit integer")
     stop: list[str] = []
     baseline: bool = Field(True, description="also measure (or reuse) plain decoding of this prompt for speedup")
     question_id: str | None = None
@@ -123,9 +124,9 @@ class QuestionBody(BaseModel):
     turns: list[str] = Field(min_length=1)
 
 
-class SweepBody(BaseModel):
+class SweepBody(CheckedBody):
     questions: list[QuestionBody] = Field(min_length=1, max_length=2000)
-    target: str | None = None
+    target: ModelName | None = None
     drafters: list[str] = Field(min_length=1)
     draft_lens: list[int | str] = Field(min_length=1)
     batch_sizes: list[int] = Field(min_length=1)
@@ -238,6 +239,12 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                               "weights": str(trained[name]) if name in trained else None} for name in DRAFTER_NAMES]}
 
     def run_request(body: PromptFields, lanes: list[LaneSpec], replay: bool) -> RunRequest:
+        for lane in lanes:
+            for field_name in ("draft_model", "drafter_path"):
+                name = getattr(lane.options, field_name)
+                problem = name_problem(name) if name is not None else None
+                if problem:
+                    raise HTTPException(422, f"{field_name}: {problem}")
         try:
             sampling = SamplingParams(body.temperature, body.top_p, body.top_k)
         except SpecScopeError as error:
@@ -289,7 +296,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     config_facts_cached = functools.lru_cache(maxsize=32)(config_facts)  # "default" hashes its GGUF file
 
     @app.get("/codesign", summary="the draft-length rules for a target next to its measured sweeps")
-    def codesign(target: str | None = None, drafter: str | None = None) -> dict:
+    def codesign(target: ModelName | None = None, drafter: str | None = None) -> dict:
         spec = target or settings.default_target
         try:
             facts = config_facts_cached(spec, settings.allow_remote_code)
@@ -301,8 +308,9 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
              category: str | None = None, status: str | None = None, kind: str | None = None,
-             since: datetime | None = None, until: datetime | None = None, limit: int = 1000) -> list[dict]:
-        frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, min(limit, 100_000))
+             since: Moment | None = None, until: Moment | None = None,
+             limit: int = Query(1000, ge=1, le=MAX_RUNS_LISTED)) -> list[dict]:
+        frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, limit)
         return [_clean(row) for row in frame.to_dict(orient="records")]
 
     @app.get("/runs/{run_id}", summary="one stored run with its steps")
