@@ -18,10 +18,13 @@ import asyncio
 import functools
 import ipaddress
 import json
+import logging
 import math
 import os
 import secrets
 import threading
+import time
+from pathlib import Path
 from typing import Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -37,6 +40,7 @@ from backend.drafters import DRAFTER_NAMES, TRAINED, DrafterOptions, trained_fol
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
 from backend.lab.store import RunStore
+from backend.serving import logs
 from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
 from backend.serving.model_cache import ModelCache
@@ -46,6 +50,8 @@ from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, Moment
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
 MAX_RUNS_LISTED = 100_000
+
+log = logging.getLogger(__name__)
 
 
 class DrafterFields(BaseModel):
@@ -169,10 +175,13 @@ class WorkerSettings(BaseModel):
     model_budget_gb: float = 4.0
     token: str | None = None
     compile: str = "auto"  # the targets' passes: auto | on | off (target_passes.py)
+    log_file: str | None = None  # default: worker.log beside the store
 
 
 def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
+    log_file = logs.configure(Path(settings.log_file) if settings.log_file else logs.default_log_file(store.path))
+    log.info("worker starting: store %s, log %s", store.path, log_file)
     models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
                         settings.allow_remote_code, compile=settings.compile)
     scheduler = Scheduler(JobDispatcher(models, store, settings.default_target).execute)
@@ -184,8 +193,10 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                 models.get(spec)  # loads, and compiles or warms the target's passes
                 state["warm"].add(spec)
             except SpecScopeError as error:
+                log.warning("preloading %s failed: %s", spec, error)
                 state["preload_error"] = str(error)
             except Exception as error:  # noqa: BLE001 - the dashboard must hear why, not wait forever
+                log.exception("preloading %s failed", spec)
                 state["preload_error"] = f"loading {spec} failed: {type(error).__name__}: {error}"
 
     threading.Thread(target=preload, name="preload", daemon=True).start()
@@ -199,6 +210,18 @@ def create_app(settings: WorkerSettings) -> FastAPI:
 
     app = FastAPI(title="SpecScope worker", dependencies=[Depends(authorised)],
                   description="Live speculative decoding, streamed as NDJSON records; runs stored in DuckDB.")
+
+    @app.middleware("http")
+    async def log_requests(request: Request, call_next):
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            raise
+        log.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code,
+                 1000 * (time.perf_counter() - started))
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -254,8 +277,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                           baseline=body.baseline, replay=replay, question_id=body.question_id,
                           category=body.category)
 
-    def stream(kind: str, request: RunRequest) -> StreamingResponse:
-        job = Job(kind, request, asyncio.get_running_loop())
+    def stream(kind: str, request: RunRequest | SweepBody, drafters: list[str]) -> StreamingResponse:
+        job = Job(kind, request, asyncio.get_running_loop(), drafter=",".join(drafters))
 
         async def lines():
             async for record in scheduler.stream(job):
@@ -265,15 +288,16 @@ def create_app(settings: WorkerSettings) -> FastAPI:
 
     @app.post("/generate", summary="decode one prompt with one drafter, streaming a record per step")
     async def generate(body: GenerateBody) -> StreamingResponse:
-        return stream("generate", run_request(body, [body.lane()], replay=False))
+        return stream("generate", run_request(body, [body.lane()], replay=False), [body.drafter])
 
     @app.post("/compare", summary="decode one prompt with 2-4 drafters side by side, lanes streaming together")
     async def compare(body: CompareBody) -> StreamingResponse:
-        return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay))
+        return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay),
+                      [lane.drafter for lane in body.lanes])
 
     @app.post("/sweeps", summary="run a drafter x D x batch-size sweep; streams progress, then the report")
     async def sweep(body: SweepBody) -> StreamingResponse:
-        return stream("sweep", body)
+        return stream("sweep", body, body.drafters)
 
     @app.get("/sweeps", summary="stored sweeps, newest first")
     def sweeps() -> list[dict]:

@@ -247,6 +247,19 @@ def test_unknown_model_and_context_overflow_are_error_records(worker):
     assert failed and all(run["error"] for run in failed)
 
 
+def test_requests_jobs_and_their_outcomes_are_logged_beside_the_store(worker):
+    stream(worker, "/generate", {"prompt": "w50 w51", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 4,
+                                 "baseline": False})
+    stream(worker, "/generate", {"prompt": "w5", "target": "/no/such/model"})
+    httpx.get(worker.url + "/runs", params={"limit": -1})
+    lines = (worker.db.parent / "worker.log").read_text().splitlines()
+    assert any(line.endswith(" ms") and "POST /generate 200" in line for line in lines)
+    assert any("GET /runs 422" in line for line in lines)
+    ended = [line for line in lines if "ended: generate, drafter ngram" in line]
+    assert ended and ended[-1].endswith(", complete")
+    assert any("ended: generate" in line and "failed: no such model folder" in line for line in lines)
+
+
 def test_runs_are_listed_with_filters(worker):
     stream(worker, "/generate", {"prompt": "w40 w41", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 8,
                                  "category": "coding", "baseline": False})
