@@ -34,7 +34,9 @@ def bootstrap_al_ci(per_prompt: Sequence[tuple[int, int]], resamples: int = 2000
 
 
 def pareto_frontier(points: Sequence[dict], x: str = "interactivity_tps", y: str = "throughput_tps") -> list[dict]:
-    """Points no other point beats on both axes (higher is better on both), ordered by x."""
+    """Points no other point beats on both axes (higher is better on both), ordered by x. Points
+    missing either figure (one new token has no time per output token) are left out."""
+    points = [p for p in points if p[x] is not None and p[y] is not None]
     frontier = []
     for point in points:
         dominated = any(other[x] >= point[x] and other[y] >= point[y] and (other[x] > point[x] or other[y] > point[y])

@@ -31,6 +31,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, field_validator, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.core.errors import SpecScopeError
 from backend.core.models import DEFAULT_SPEC, config_facts
@@ -50,6 +51,7 @@ from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, Moment
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
 MAX_RUNS_LISTED = 100_000
+MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ class PromptFields(CheckedBody):
     target: ModelName | None = None
     max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0, le=10)
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1)
     top_k: int = Field(0, ge=0, le=INT32_MAX)
     seed: int = Field(0, description="any 64-bit integer")
     stop: list[str] = []
@@ -232,8 +234,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             problems.append(f"{where}: {message}" if where else message)
         return JSONResponse({"error": "; ".join(problems)}, status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's own and the router's (404, 405) alike
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": error.detail}, status_code=error.status_code)
 
     @app.get("/health")

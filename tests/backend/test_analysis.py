@@ -46,6 +46,11 @@ def test_pareto_frontier_keeps_the_undominated_points_in_order():
     assert [p["name"] for p in pareto_frontier(points)] == ["a", "b", "e", "d"]
 
 
+def test_pareto_frontier_leaves_out_points_missing_a_figure():
+    points = [{"interactivity_tps": None, "throughput_tps": 50.0}, {"interactivity_tps": 3.0, "throughput_tps": 9.0}]
+    assert pareto_frontier(points) == [points[1]]
+
+
 def test_interpolation():
     curve = [(10.0, 100.0), (30.0, 40.0), (20.0, 80.0)]
     assert interpolate(curve, 15.0) == pytest.approx(90.0)

@@ -181,6 +181,7 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "seed": 2**80}, "seed: integers must fit in 64 bits"),
         ({"prompt": "w5", "top_k": 2**40}, "top_k"),
         ({"prompt": "w5", "temperature": float("nan")}, "temperature"),
+        ({"prompt": "w5", "temperature": 1.0, "top_p": 5e-324}, "top_p"),
         ({"prompt": "w5", "target": "x" * 300}, "target: names must be at most"),
         ({"prompt": "w5", "drafter": "eagle3", "drafter_path": "/a/" + "b" * 300}, "drafter_path: names must be"),
         ({"prompt": "w5", "stop": ["\udfff"]}, "stop.0: text must be valid UTF-8"),
