@@ -23,23 +23,26 @@ def free_port() -> int:
 class WorkerProcess:
     def __init__(self, db: Path, target: str, token: str | None = None, extra: list[str] | None = None) -> None:
         self.port = free_port()
+        self.db = db
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("SPECSCOPE_TOKEN", None)
         if token:
             env["SPECSCOPE_TOKEN"] = token
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.stderr_path = db.parent / f"worker-{self.port}.stderr"  # a file: a full pipe would stall the worker
+        self.stderr = self.stderr_path.open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "backend", "worker", "--port", str(self.port), "--db", str(db),
              "--default-target", target, *(extra or [])],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
         )
 
     def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited: {self.process.stderr.read()}")
+                raise RuntimeError(f"worker exited: {self.stderr_path.read_text()}")
             try:
                 health = httpx.get(f"{self.url}/health", headers=self.headers, timeout=2).json()
                 if health["status"] == "ready":
@@ -56,3 +59,4 @@ class WorkerProcess:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        self.stderr.close()

@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--allow-remote-code", action="store_true", help="let models run their own code")
     _add_compile_arg(worker)
     worker.add_argument("--model-budget-gb", type=float, default=4.0, help="evict least recently used models above")
+    worker.add_argument("--log-file", help="the worker's log (default: worker.log beside the DuckDB file)")
     worker.set_defaults(handler=_worker)
     return parser
 
@@ -404,7 +405,7 @@ def _worker(args: argparse.Namespace) -> int:
         db_path=args.db, default_target=args.default_target,
         preload=args.preload if args.preload is not None else [args.default_target], extra_targets=args.targets,
         device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
-        model_budget_gb=args.model_budget_gb, compile=args.compile,
+        model_budget_gb=args.model_budget_gb, compile=args.compile, log_file=args.log_file,
     )
     print(f"SpecScope worker on http://{args.host}:{args.port} (docs at /docs)", file=sys.stderr, flush=True)
     serve(args.host, args.port, settings)

@@ -10,13 +10,16 @@
 
 A "drafting step" is a step that verified at least one draft; plain steps (D = 0, or a drafter with
 nothing to propose) are left out of the acceptance figures, as vLLM counts only drafts. Speed figures
-count every step. This module knows nothing about models; it reads plain step records.
+count every step. Every acceptance figure comes from one `AcceptanceCounter` (vLLM's spec-decode
+counts: drafts, drafted tokens, accepted tokens, accepted per position), fed step by step or from the
+store's SQL sums; the store's tests hold the SQL to the same figures. This module knows nothing about
+models; it reads plain step records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import exp, log
 from typing import Protocol
 
@@ -27,6 +30,12 @@ class StepLike(Protocol):
     emitted: list[int]
     draft_s: float
     verify_s: float
+
+
+def acceptance_length(accepted_tokens, drafts):
+    """AL = 1 + accepted drafts / drafting steps (vLLM's mean acceptance length, bonus token included).
+    The one place AL is computed; it also takes numpy arrays (of positive drafts), as the bootstrap does."""
+    return 1.0 + accepted_tokens / drafts
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class AcceptanceStats:
 
     @property
     def al(self) -> float:
-        return 1.0 + self.accepted_tokens / self.drafting_steps if self.drafting_steps else 1.0
+        return acceptance_length(self.accepted_tokens, self.drafting_steps) if self.drafting_steps else 1.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -59,28 +68,83 @@ class AcceptanceStats:
         }
 
 
+def _grow(counts: list[int], size: int) -> None:
+    counts.extend([0] * (size - len(counts)))
+
+
+@dataclass
+class AcceptanceCounter:
+    """Acceptance counts in the style of vLLM's SpecDecodingStats: fed one step at a time (`add`), or
+    built from counts already summed elsewhere (the store's SQL), merged with `merge`, and turned into
+    figures by `stats()`. Index k of the per-position lists is draft position k + 1."""
+
+    drafts: int = 0  # drafting steps (steps that verified at least one draft)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)  # steps that accepted position k
+    reached_per_position: list[int] = field(default_factory=list)  # steps that drafted k, accepted 1..k-1
+    histogram: list[int] = field(default_factory=list)  # index j: drafting steps accepting exactly j
+
+    def add(self, drafted: int, accepted: int) -> None:
+        """Count one step that drafted `drafted` tokens and accepted the first `accepted` of them."""
+        if drafted == 0:
+            return
+        self.drafts += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        self._fit(drafted)
+        self.histogram[accepted] += 1
+        for k in range(min(drafted, accepted + 1)):
+            self.reached_per_position[k] += 1
+            self.accepted_per_position[k] += k < accepted
+
+    def add_step(self, step: StepLike) -> None:
+        self.add(len(step.drafted), step.accepted)
+
+    def merge(self, other: AcceptanceCounter) -> AcceptanceCounter:
+        """Add another counter's counts to this one (returns self)."""
+        self.drafts += other.drafts
+        self.drafted_tokens += other.drafted_tokens
+        self.accepted_tokens += other.accepted_tokens
+        self._fit(len(other.reached_per_position))
+        pairs = ((self.accepted_per_position, other.accepted_per_position),
+                 (self.reached_per_position, other.reached_per_position), (self.histogram, other.histogram))
+        for mine, theirs in pairs:
+            _grow(mine, len(theirs))
+            for k, count in enumerate(theirs):
+                mine[k] += count
+        return self
+
+    def _fit(self, positions: int) -> None:
+        """Room for `positions` draft positions (and a histogram of 0..positions accepted)."""
+        _grow(self.accepted_per_position, positions)
+        _grow(self.reached_per_position, positions)
+        _grow(self.histogram, len(self.reached_per_position) + 1)
+
+    def stats(self) -> AcceptanceStats:
+        positions = len(self.reached_per_position)
+        histogram = self.histogram + [0] * (positions + 1 - len(self.histogram))
+        return AcceptanceStats(
+            drafting_steps=self.drafts,
+            drafted_tokens=self.drafted_tokens,
+            accepted_tokens=self.accepted_tokens,
+            histogram=histogram,
+            survival=[accepted / self.drafts for accepted in self.accepted_per_position] if self.drafts else [],
+            conditional=[accepted / reached if reached else None
+                         for accepted, reached in zip(self.accepted_per_position, self.reached_per_position,
+                                                      strict=True)],
+        )
+
+
+def count_acceptance(steps: Sequence[StepLike]) -> AcceptanceCounter:
+    counter = AcceptanceCounter()
+    for step in steps:
+        counter.add_step(step)
+    return counter
+
+
 def acceptance_stats(steps: Sequence[StepLike]) -> AcceptanceStats:
-    drafting = [s for s in steps if s.drafted]
-    longest = max((len(s.drafted) for s in drafting), default=0)
-    histogram = [0] * (longest + 1)
-    reached = [0] * longest  # steps that drafted position k and accepted all before it
-    accepted_at = [0] * longest  # steps that accepted position k
-    for step in drafting:
-        histogram[step.accepted] += 1
-        for k in range(len(step.drafted)):
-            if k > step.accepted:
-                break
-            reached[k] += 1
-            accepted_at[k] += k < step.accepted
-    count = len(drafting)
-    return AcceptanceStats(
-        drafting_steps=count,
-        drafted_tokens=sum(len(s.drafted) for s in drafting),
-        accepted_tokens=sum(s.accepted for s in drafting),
-        histogram=histogram,
-        survival=[accepted_at[k] / count for k in range(longest)],
-        conditional=[accepted_at[k] / reached[k] if reached[k] else None for k in range(longest)],
-    )
+    return count_acceptance(steps).stats()
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ Pure functions on numbers and dicts; knows nothing about models, the store or th
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+
+from backend.core.metrics import AcceptanceCounter, acceptance_length
 
 TILE = 128  # attention-kernel tile width in the seed article's rule
 
@@ -23,17 +24,19 @@ def bootstrap_al_ci(per_prompt: Sequence[tuple[int, int]], resamples: int = 2000
     data = np.array([p for p in per_prompt if p[1] > 0], dtype=float)  # [n, 2]
     if len(data) == 0:
         return 1.0, 1.0, 1.0
-    point = 1.0 + data[:, 0].sum() / data[:, 1].sum()
+    point = acceptance_length(data[:, 0].sum(), data[:, 1].sum())
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(data), size=(resamples, len(data)))  # [resamples, n]
     sums = data[picks].sum(axis=1)  # [resamples, 2]
-    samples = 1.0 + sums[:, 0] / sums[:, 1]
+    samples = acceptance_length(sums[:, 0], sums[:, 1])
     tail = (1.0 - level) / 2
     return float(point), float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
 
 
 def pareto_frontier(points: Sequence[dict], x: str = "interactivity_tps", y: str = "throughput_tps") -> list[dict]:
-    """Points no other point beats on both axes (higher is better on both), ordered by x."""
+    """Points no other point beats on both axes (higher is better on both), ordered by x. Points
+    missing either figure (one new token has no time per output token) are left out."""
+    points = [p for p in points if p[x] is not None and p[y] is not None]
     frontier = []
     for point in points:
         dominated = any(other[x] >= point[x] and other[y] >= point[y] and (other[x] > point[x] or other[y] > point[y])
@@ -115,7 +118,7 @@ def newest_per_config(points: Sequence[dict]) -> list[dict]:
 def acceptance_groups(runs: Sequence[dict], histogram: Sequence[dict], positions: Sequence[dict],
                       pool_categories: bool = False) -> list[dict]:
     """Per (drafter, draft_len, category): AL with a bootstrap CI over runs, the acceptance histogram,
-    survival and conditional per-position acceptance (metrics.py's definitions), from the store's
+    survival and conditional per-position acceptance (metrics.py's counter), from the store's
     acceptance tables (RunStore.acceptance_tables) as lists of records. pool_categories=True merges
     every category into one group named 'all' (a run has one category, so its runs stay whole)."""
     def key(row: dict) -> tuple:
@@ -123,24 +126,25 @@ def acceptance_groups(runs: Sequence[dict], histogram: Sequence[dict], positions
 
     groups: dict[tuple, dict] = {}
     for row in runs:
-        groups.setdefault(key(row), {"runs": [], "histogram": Counter(), "reached": Counter(), "accepted": Counter()})
-        groups[key(row)]["runs"].append((int(row["accepted"]), int(row["steps"])))
+        group = groups.setdefault(key(row), {"runs": [], "counter": AcceptanceCounter()})
+        group["runs"].append((int(row["accepted"]), int(row["steps"])))
+        group["counter"].merge(AcceptanceCounter(drafts=int(row["steps"]), drafted_tokens=int(row["drafted"]),
+                                                 accepted_tokens=int(row["accepted"])))
     for row in histogram:
-        groups[key(row)]["histogram"][int(row["accepted"])] += int(row["steps"])
+        accepted = int(row["accepted"])
+        groups[key(row)]["counter"].merge(AcceptanceCounter(histogram=[0] * accepted + [int(row["steps"])]))
     for row in positions:
-        groups[key(row)]["reached"][int(row["position"])] += int(row["reached"])
-        groups[key(row)]["accepted"][int(row["position"])] += int(row["accepted"])
+        before = [0] * (int(row["position"]) - 1)
+        groups[key(row)]["counter"].merge(AcceptanceCounter(accepted_per_position=[*before, int(row["accepted"])],
+                                                            reached_per_position=[*before, int(row["reached"])]))
     result = []
     for (drafter, draft_len, category), group in sorted(groups.items()):
-        steps = sum(n for _, n in group["runs"])
-        al, low, high = bootstrap_al_ci(group["runs"])
-        positions_seen = range(1, max(group["reached"], default=0) + 1)
+        stats = group["counter"].stats()
+        _, low, high = bootstrap_al_ci(group["runs"])
         result.append({
             "drafter": drafter, "draft_len": draft_len, "category": category, "runs": len(group["runs"]),
-            "drafting_steps": steps, "al": al, "al_ci_low": low, "al_ci_high": high,
-            "histogram": [group["histogram"][j] for j in range(max(group["histogram"], default=0) + 1)],
-            "survival": [group["accepted"][k] / steps for k in positions_seen],
-            "conditional": [group["accepted"][k] / group["reached"][k] if group["reached"][k] else None
-                            for k in positions_seen],
+            "drafting_steps": stats.drafting_steps, "al": stats.al, "al_ci_low": low, "al_ci_high": high,
+            "acceptance_rate": stats.acceptance_rate, "histogram": stats.histogram, "survival": stats.survival,
+            "conditional": stats.conditional,
         })
     return result

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.core.engine import GenerationSettings, device_clock
-from backend.core.metrics import acceptance_stats, geomean, speedup
+from backend.core.metrics import acceptance_stats, count_acceptance, geomean, speedup
 from backend.core.models import LoadedModel
 from backend.drafters import DrafterOptions, build_drafter
 from backend.lab.analysis import bootstrap_al_ci
@@ -184,8 +184,8 @@ def _figures(per_prompt: list[dict[str, Measurement]], label: str, indices: list
     some prompts; `equal` counts outputs identical to plain decoding."""
     runs = [per_prompt[i][label] for i in indices]
     steps = [s for run in runs for s in run.steps]
-    drafting = [[s for s in run.steps if s.drafted] for run in runs]
-    _, low, high = bootstrap_al_ci([(sum(s.accepted for s in d), len(d)) for d in drafting])
+    counters = [count_acceptance(run.steps) for run in runs]
+    _, low, high = bootstrap_al_ci([(counter.accepted_tokens, counter.drafts) for counter in counters])
     return {
         "al": acceptance_stats(steps).al if steps else None,
         "al_ci_low": low if steps else None,

@@ -6,6 +6,9 @@ Only the worker process writes (the dashboard reads through the worker). A run i
 marks them `incomplete`, so they are kept (with the steps that were stored) but never shown as
 complete. No method accepts SQL text from outside: filters are typed arguments.
 
+The migrations are the one declaration of the schema: the columns (and their types) that rows are
+written with are read back from the migrated file when it opens.
+
 Knows nothing about models or HTTP; it stores plain dicts and returns pandas DataFrames.
 """
 
@@ -131,34 +134,15 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE runs ADD COLUMN compile VARCHAR;  -- on | off: the target's passes compiled or eager
         ALTER TABLE sweep_points ADD COLUMN compile VARCHAR;
     """),
+    (4, """
+        ALTER TABLE runs ADD COLUMN specscope_version VARCHAR;  -- the worker's package version
+        ALTER TABLE runs ADD COLUMN git_commit VARCHAR;         -- its checkout's commit; NULL outside git
+        ALTER TABLE sweep_points ADD COLUMN specscope_version VARCHAR;
+        ALTER TABLE sweep_points ADD COLUMN git_commit VARCHAR;
+    """),
 ]
+TABLES = ("runs", "steps", "sweep_points")  # written in bulk with the column types the migrations declared
 
-RUN_COLUMNS = [
-    "run_id", "group_id", "lane", "kind", "status", "created_at", "finished_at", "turns", "question_id", "category",
-    "target", "target_fingerprint", "drafter", "drafter_options", "draft_len", "temperature", "top_p", "top_k", "seed",
-    "max_new_tokens", "device", "dtype", "torch_version", "transformers_version", "prompt_tokens", "new_tokens", "al",
-    "acceptance_rate", "tokens_per_s", "decode_s", "prefill_s", "baseline_tokens_per_s", "output_text",
-    "finish_reason", "error", "batch_size", "split", "compile",
-]
-STEP_COLUMNS = [
-    "run_id", "turn", "step_index", "draft_len", "drafted", "draft_probs", "target_probs", "accepted", "target_token",
-    "target_token_prob", "emitted", "draft_s", "verify_s", "stop_reason", "finish_reason", "drafted_text",
-    "emitted_text", "target_text",
-]
-STEP_TYPES = pa.schema([
-    ("run_id", pa.string()), ("turn", pa.int32()), ("step_index", pa.int32()), ("draft_len", pa.int32()),
-    ("drafted", pa.list_(pa.int32())), ("draft_probs", pa.list_(pa.float64())),
-    ("target_probs", pa.list_(pa.float64())), ("accepted", pa.int32()), ("target_token", pa.int32()),
-    ("target_token_prob", pa.float64()), ("emitted", pa.list_(pa.int32())), ("draft_s", pa.float64()),
-    ("verify_s", pa.float64()), ("stop_reason", pa.string()), ("finish_reason", pa.string()),
-    ("drafted_text", pa.list_(pa.string())), ("emitted_text", pa.list_(pa.string())), ("target_text", pa.string()),
-])
-SWEEP_POINT_COLUMNS = [
-    "sweep_id", "drafter", "draft_len", "batch_size", "category", "split", "prompts", "new_tokens", "wall_s",
-    "throughput_tps", "decode_throughput_tps", "interactivity_tps", "ttft_s", "al", "al_ci_low", "al_ci_high",
-    "acceptance_rate", "histogram", "survival", "conditional", "draft_s_mean", "verify_s_mean", "rho", "lossless",
-    "compile",
-]
 FINAL_FIELDS = {"status", "finished_at", "new_tokens", "al", "acceptance_rate", "tokens_per_s", "decode_s",
                 "prefill_s", "baseline_tokens_per_s", "output_text", "finish_reason", "error", "prompt_tokens"}
 
@@ -186,6 +170,9 @@ class RunStore:
         self._lock = threading.Lock()
         self._db = duckdb.connect(str(self.path))
         self.migrate()
+        with self._db.cursor() as reader:
+            self._schemas = {table: reader.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
+                             for table in TABLES}
         self.recovered = self._mark_interrupted_runs()
 
     # -- schema -------------------------------------------------------------------------------
@@ -218,34 +205,26 @@ class RunStore:
 
     # -- writing (the worker only) ------------------------------------------------------------
 
-    def start_run(self, run: dict) -> None:
-        row = {column: run.get(column) for column in RUN_COLUMNS}
-        row["status"] = "running"
-        row["created_at"] = row["created_at"] or now()
-        row["turns"] = json.dumps(list(run["turns"]))
-        row["drafter_options"] = json.dumps(run.get("drafter_options") or {})
-        row["draft_len"] = str(run["draft_len"])
-        placeholders = ", ".join("?" for _ in RUN_COLUMNS)
+    def _insert(self, table: str, rows: Sequence[dict]) -> None:
+        """Append rows (dicts; missing columns are NULL, other keys ignored) in one bulk insert."""
+        batch = pa.Table.from_pylist(list(rows), schema=self._schemas[table])
         with self._lock:
-            self._db.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({placeholders})",
-                             [row[c] for c in RUN_COLUMNS])
+            self._db.register("row_batch", batch)
+            try:
+                self._db.execute(f"INSERT INTO {table} SELECT * FROM row_batch")
+            finally:
+                self._db.unregister("row_batch")
+
+    def start_run(self, run: dict) -> None:
+        self._insert("runs", [{**run, "status": "running", "created_at": run.get("created_at") or now(),
+                               "turns": json.dumps(list(run["turns"])),
+                               "drafter_options": json.dumps(run.get("drafter_options") or {}),
+                               "draft_len": str(run["draft_len"])}])
 
     def add_steps(self, run_id: str, steps: Sequence[dict]) -> None:
         """Append step records (StepEvent dicts with a `turn`) in one bulk insert."""
-        if not steps:
-            return
-        columns = {c: [] for c in STEP_COLUMNS}
-        for step in steps:
-            record = {**step, "run_id": run_id, "step_index": step["index"]}
-            for column in STEP_COLUMNS:
-                columns[column].append(record.get(column))
-        batch = pa.Table.from_pydict(columns, schema=STEP_TYPES)
-        with self._lock:
-            self._db.register("step_batch", batch)
-            try:
-                self._db.execute("INSERT INTO steps SELECT * FROM step_batch")
-            finally:
-                self._db.unregister("step_batch")
+        if steps:
+            self._insert("steps", [{**step, "run_id": run_id, "step_index": step["index"]} for step in steps])
 
     def fail_unfinished(self, run_ids: Sequence[str], message: str) -> None:
         """Mark those of these runs still running as failed, with the message."""
@@ -311,7 +290,7 @@ class RunStore:
     def acceptance_tables(self, target: str | None = None, drafter: str | None = None, category: str | None = None,
                           split: str | None = None) -> dict[str, pd.DataFrame]:
         """Acceptance over every stored drafting step, grouped by (drafter, draft_len, category), computed
-        in DuckDB: `runs` (accepted drafts and drafting steps per run, for bootstrap CIs), `histogram`
+        in DuckDB: `runs` (accepted drafts, drafting steps and drafted tokens per run, for bootstrap CIs), `histogram`
         (steps by accepted count) and `positions` (per draft position: steps that reached it with every
         earlier draft accepted, and steps that accepted it). Runs without a category count as '(none)';
         `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs)."""
@@ -324,7 +303,8 @@ class RunStore:
                    st.accepted, len(st.drafted) AS drafted
             FROM steps st JOIN runs r USING (run_id) WHERE {' AND '.join(conditions)}"""
         queries = {
-            "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps
+            "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps,
+                               sum(drafted) AS drafted
                         FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",
             "histogram": f"""SELECT drafter, draft_len, category, accepted, count(*) AS steps
                              FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",
@@ -345,16 +325,8 @@ class RunStore:
                              [sweep_id, now(), target, fingerprint, device, json.dumps(settings)])
 
     def add_sweep_points(self, sweep_id: str, points: Sequence[dict]) -> None:
-        frame = pd.DataFrame([{**{c: p.get(c) for c in SWEEP_POINT_COLUMNS}, "sweep_id": sweep_id} for p in points],
-                             columns=SWEEP_POINT_COLUMNS)
-        frame["draft_len"] = frame["draft_len"].astype(str)
-        with self._lock:
-            self._db.register("point_batch", frame)
-            try:
-                self._db.execute(f"INSERT INTO sweep_points ({', '.join(SWEEP_POINT_COLUMNS)}) "
-                                 f"SELECT {', '.join(SWEEP_POINT_COLUMNS)} FROM point_batch")
-            finally:
-                self._db.unregister("point_batch")
+        self._insert("sweep_points", [{**point, "sweep_id": sweep_id, "draft_len": str(point["draft_len"])}
+                                      for point in points])
 
     def finish_sweep(self, sweep_id: str, status: str) -> None:
         with self._lock:

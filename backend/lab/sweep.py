@@ -18,16 +18,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-import transformers
-
 from backend.core.batch import BatchEngine, RowResult
 from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.core.metrics import acceptance_stats, measured_rho
+from backend.core.metrics import acceptance_stats, count_acceptance, measured_rho
 from backend.core.models import LoadedModel
 from backend.drafters import DrafterOptions, build_drafter
 from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
 from backend.lab.prompts import Question, encode_conversation
+from backend.lab.recorder import RunPlan, RunRecorder, software
 from backend.lab.store import RunStore
 
 SHORT_BELOW = 512  # prompt tokens: short < 512 <= medium < 2048 <= long
@@ -66,6 +64,8 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0
     sweep_id = uuid.uuid4().hex
+    recorder = RunRecorder(store, target) if store is not None else None
+    provenance = {key: software()[key] for key in ("specscope_version", "git_commit")}
     if store is not None:
         store.start_sweep(sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})
     reference = []  # the single-sequence greedy outputs every row must reproduce
@@ -101,8 +101,8 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
                 points.append(overall)
                 by_category += parts
                 if store is not None:
-                    _store_rows(store, sweep_id, target, rows, config, max_new_tokens)
-                    store.add_sweep_points(sweep_id, [overall, *parts])
+                    _store_rows(recorder, sweep_id, rows, config, max_new_tokens)
+                    store.add_sweep_points(sweep_id, [{**point, **provenance} for point in (overall, *parts)])
     except BaseException as error:
         if store is not None:
             stopped = isinstance(error, SweepStopped | KeyboardInterrupt)
@@ -122,8 +122,8 @@ def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category
     point of a configuration has it; category and split points carry the acceptance figures."""
     steps = [step for row in rows for step in row.result.steps]
     stats = acceptance_stats(steps)
-    al, low, high = bootstrap_al_ci([(sum(s.accepted for s in row.result.steps if s.drafted),
-                                      sum(1 for s in row.result.steps if s.drafted)) for row in rows])
+    counters = [count_acceptance(row.result.steps) for row in rows]
+    al, low, high = bootstrap_al_ci([(counter.accepted_tokens, counter.drafts) for counter in counters])
     tpots = [row.result.time_per_output_token for row in rows if row.result.time_per_output_token]
     new_tokens = sum(len(row.result.output_ids) for row in rows)
     return {
@@ -142,27 +142,13 @@ def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category
     }
 
 
-def _store_rows(store: RunStore, sweep_id: str, target: LoadedModel, rows: list[SweepRow], config: dict,
+def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], config: dict,
                 max_new_tokens: int) -> None:
     """Every row as a run (kind 'sweep', grouped by the sweep id) with its steps."""
     for row in rows:
-        run_id = uuid.uuid4().hex
-        steps = row.result.steps
-        stats = acceptance_stats(steps)
-        decode_s = sum(s.draft_s + s.verify_s for s in steps)
-        store.start_run({
-            "run_id": run_id, "group_id": sweep_id, "kind": "sweep", "turns": [row.question.turns[0]],
-            "question_id": str(row.question.question_id), "category": row.question.category,
-            "target": target.spec, "target_fingerprint": target.fingerprint, "drafter": config["drafter"],
-            "draft_len": config["draft_len"], "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": 0,
-            "max_new_tokens": max_new_tokens, "device": str(target.device),
-            "dtype": str(target.dtype).removeprefix("torch."), "torch_version": torch.__version__,
-            "transformers_version": transformers.__version__, "batch_size": config["batch_size"],
-            "compile": config["compile"],
-            "split": row.split,
-        })
-        store.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in steps])
-        store.finish_run(run_id, status="complete", prompt_tokens=len(row.result.prompt_ids),
-                         new_tokens=len(row.result.output_ids), al=stats.al, acceptance_rate=stats.acceptance_rate,
-                         tokens_per_s=len(row.result.output_ids) / decode_s if decode_s else None, decode_s=decode_s,
-                         finish_reason=row.result.finish_reason)
+        run_id = recorder.start(RunPlan(kind="sweep", turns=[row.question.turns[0]], drafter=config["drafter"],
+                                        draft_len=config["draft_len"], max_new_tokens=max_new_tokens,
+                                        question_id=str(row.question.question_id), category=row.question.category,
+                                        group_id=sweep_id, batch_size=config["batch_size"], split=row.split))
+        recorder.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in row.result.steps])
+        recorder.finish(run_id, row.result.steps, len(row.result.prompt_ids), row.result.finish_reason)

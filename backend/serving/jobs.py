@@ -5,17 +5,25 @@ thread and pushes records (plain dicts) into an asyncio queue the handler drains
 client went away sets `cancelled`; the job notices between engine steps and stops, and a job still
 waiting in line is skipped.
 
+Every job's start and end (id, kind, drafter, duration, outcome) is logged, with the traceback of
+a job that failed on a bug.
+
 Knows nothing about models or HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
+import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class JobCancelled(Exception):
@@ -27,11 +35,16 @@ class Job:
     kind: str
     request: Any
     loop: asyncio.AbstractEventLoop
+    drafter: str | None = None  # for the log: the drafter (or drafters) the job runs
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     records: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    error: str | None = None  # the message of the error record it emitted, if any
 
     def emit(self, record: dict) -> None:
         """Called from the compute thread."""
+        if record.get("type") == "error":
+            self.error = record.get("message")
         self.loop.call_soon_threadsafe(self.records.put_nowait, record)
 
     def check(self) -> None:
@@ -96,14 +109,24 @@ class Scheduler:
                     self._wake.wait()
                 job = self._pending.popleft()
                 self._running = job
+            started = time.perf_counter()
+            outcome = "skipped: its client had gone"
             try:
                 if not job.cancelled.is_set():
+                    log.info("job %s started: %s, drafter %s", job.id, job.kind, job.drafter)
                     self.execute(job)
+                    outcome = "cancelled" if job.cancelled.is_set() else (
+                        f"failed: {job.error}" if job.error else "complete")
             except JobCancelled:
-                pass
+                outcome = "cancelled"
             except Exception as error:  # a bug: report it to the client rather than kill the thread
+                log.exception("job %s failed on an internal error", job.id)
+                outcome = f"failed: internal error: {type(error).__name__}"
                 job.emit({"type": "error", "message": f"internal error: {type(error).__name__}: {error}"})
             finally:
                 with self._wake:
                     self._running = None
                 job.emit(_DONE)
+            log.log(logging.WARNING if outcome.startswith("failed") else logging.INFO,
+                    "job %s ended: %s, drafter %s, %.2f s, %s", job.id, job.kind, job.drafter,
+                    time.perf_counter() - started, outcome)

@@ -9,7 +9,7 @@ read-only analyses GET /aggregates/acceptance and GET /codesign. One compute job
 others wait in line and are told their place.
 A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
 `Authorization: Bearer <token>`; binding to a non-loopback address without a token is refused.
-No endpoint takes SQL. This module is routes and validation; the work is in live.py.
+No endpoint takes SQL. This module is routes and validation; the work is in dispatch.py and live.py.
 """
 
 from __future__ import annotations
@@ -19,17 +19,20 @@ import dataclasses
 import functools
 import ipaddress
 import json
+import logging
 import math
 import os
 import secrets
 import threading
-from datetime import datetime
+import time
+from pathlib import Path
 from typing import Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.core.errors import SpecScopeError
 from backend.core.models import DEFAULT_SPEC, config_facts
@@ -39,15 +42,22 @@ from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_option
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
 from backend.lab.store import RunStore
+from backend.serving import logs
+from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
-from backend.serving.live import LaneSpec, LiveService, RunRequest
 from backend.serving.model_cache import ModelCache
+from backend.serving.run_request import LaneSpec, RunRequest
+from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, Moment, name_problem
 
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
+MAX_RUNS_LISTED = 100_000
+MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
+
+log = logging.getLogger(__name__)
 
 
-class DrafterChoice(BaseModel):
+class DrafterChoice(CheckedBody):
     drafter: str = "suffix"
     draft_len: int | Literal["auto"] = "auto"
 
@@ -78,15 +88,15 @@ DrafterFields = create_model(
        for info in all_options()})
 
 
-class PromptFields(BaseModel):
+class PromptFields(CheckedBody):
     prompt: str | None = None
     messages: list[str] | None = Field(None, description="user turns; each sees the model's earlier answers")
-    target: str | None = None
+    target: ModelName | None = None
     max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
     temperature: float = Field(0.0, ge=0, le=10)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    seed: int = 0
+    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1)
+    top_k: int = Field(0, ge=0, le=INT32_MAX)
+    seed: int = Field(0, description="any 64-bit integer")
     stop: list[str] = []
     baseline: bool = Field(True, description="also measure (or reuse) plain decoding of this prompt for speedup")
     question_id: str | None = None
@@ -120,9 +130,9 @@ class QuestionBody(BaseModel):
     turns: list[str] = Field(min_length=1)
 
 
-class SweepBody(BaseModel):
+class SweepBody(CheckedBody):
     questions: list[QuestionBody] = Field(min_length=1, max_length=2000)
-    target: str | None = None
+    target: ModelName | None = None
     drafters: list[str] = Field(min_length=1)
     draft_lens: list[int | str] = Field(min_length=1)
     batch_sizes: list[int] = Field(min_length=1)
@@ -165,14 +175,16 @@ class WorkerSettings(BaseModel):
     model_budget_gb: float = 4.0
     token: str | None = None
     compile: str = "auto"  # the targets' passes: auto | on | off (target_passes.py)
+    log_file: str | None = None  # default: worker.log beside the store
 
 
 def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
+    log_file = logs.configure(Path(settings.log_file) if settings.log_file else logs.default_log_file(store.path))
+    log.info("worker starting: store %s, log %s", store.path, log_file)
     models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
                         settings.allow_remote_code, compile=settings.compile)
-    service = LiveService(models, store, settings.default_target)
-    scheduler = Scheduler(service.execute)  # LiveService.execute dispatches on the job kind
+    scheduler = Scheduler(JobDispatcher(models, store, settings.default_target).execute)
     state = {"preload_error": None, "warm": set()}
 
     def preload() -> None:
@@ -181,8 +193,10 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                 models.get(spec)  # loads, and compiles or warms the target's passes
                 state["warm"].add(spec)
             except SpecScopeError as error:
+                log.warning("preloading %s failed: %s", spec, error)
                 state["preload_error"] = str(error)
             except Exception as error:  # noqa: BLE001 - the dashboard must hear why, not wait forever
+                log.exception("preloading %s failed", spec)
                 state["preload_error"] = f"loading {spec} failed: {type(error).__name__}: {error}"
 
     threading.Thread(target=preload, name="preload", daemon=True).start()
@@ -197,6 +211,18 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     app = FastAPI(title="SpecScope worker", dependencies=[Depends(authorised)],
                   description="Live speculative decoding, streamed as NDJSON records; runs stored in DuckDB.")
 
+    @app.middleware("http")
+    async def log_requests(request: Request, call_next):
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            raise
+        log.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code,
+                 1000 * (time.perf_counter() - started))
+        return response
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = []
@@ -206,8 +232,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             problems.append(f"{where}: {message}" if where else message)
         return JSONResponse({"error": "; ".join(problems)}, status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's own and the router's (404, 405) alike
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": error.detail}, status_code=error.status_code)
 
     @app.get("/health")
@@ -239,6 +265,12 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                               if name in REGISTRY else []} for name in DRAFTER_NAMES]}
 
     def run_request(body: PromptFields, lanes: list[LaneSpec], replay: bool) -> RunRequest:
+        for lane in lanes:
+            for field_name in ("draft_model", "drafter_path"):
+                name = getattr(lane.options, field_name)
+                problem = name_problem(name) if name is not None else None
+                if problem:
+                    raise HTTPException(422, f"{field_name}: {problem}")
         try:
             sampling = SamplingParams(body.temperature, body.top_p, body.top_k)
         except SpecScopeError as error:
@@ -248,8 +280,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                           baseline=body.baseline, replay=replay, question_id=body.question_id,
                           category=body.category)
 
-    def stream(kind: str, request: RunRequest) -> StreamingResponse:
-        job = Job(kind, request, asyncio.get_running_loop())
+    def stream(kind: str, request: RunRequest | SweepBody, drafters: list[str]) -> StreamingResponse:
+        job = Job(kind, request, asyncio.get_running_loop(), drafter=",".join(drafters))
 
         async def lines():
             async for record in scheduler.stream(job):
@@ -259,15 +291,16 @@ def create_app(settings: WorkerSettings) -> FastAPI:
 
     @app.post("/generate", summary="decode one prompt with one drafter, streaming a record per step")
     async def generate(body: GenerateBody) -> StreamingResponse:
-        return stream("generate", run_request(body, [body.lane()], replay=False))
+        return stream("generate", run_request(body, [body.lane()], replay=False), [body.drafter])
 
     @app.post("/compare", summary="decode one prompt with 2-4 drafters side by side, lanes streaming together")
     async def compare(body: CompareBody) -> StreamingResponse:
-        return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay))
+        return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay),
+                      [lane.drafter for lane in body.lanes])
 
     @app.post("/sweeps", summary="run a drafter x D x batch-size sweep; streams progress, then the report")
     async def sweep(body: SweepBody) -> StreamingResponse:
-        return stream("sweep", body)
+        return stream("sweep", body, body.drafters)
 
     @app.get("/sweeps", summary="stored sweeps, newest first")
     def sweeps() -> list[dict]:
@@ -290,7 +323,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     config_facts_cached = functools.lru_cache(maxsize=32)(config_facts)  # "default" hashes its GGUF file
 
     @app.get("/codesign", summary="the draft-length rules for a target next to its measured sweeps")
-    def codesign(target: str | None = None, drafter: str | None = None) -> dict:
+    def codesign(target: ModelName | None = None, drafter: str | None = None) -> dict:
         spec = target or settings.default_target
         try:
             facts = config_facts_cached(spec, settings.allow_remote_code)
@@ -302,8 +335,9 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
              category: str | None = None, status: str | None = None, kind: str | None = None,
-             since: datetime | None = None, until: datetime | None = None, limit: int = 1000) -> list[dict]:
-        frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, min(limit, 100_000))
+             since: Moment | None = None, until: Moment | None = None,
+             limit: int = Query(1000, ge=1, le=MAX_RUNS_LISTED)) -> list[dict]:
+        frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, limit)
         return [_clean(row) for row in frame.to_dict(orient="records")]
 
     @app.get("/runs/{run_id}", summary="one stored run with its steps")

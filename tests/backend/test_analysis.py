@@ -46,6 +46,11 @@ def test_pareto_frontier_keeps_the_undominated_points_in_order():
     assert [p["name"] for p in pareto_frontier(points)] == ["a", "b", "e", "d"]
 
 
+def test_pareto_frontier_leaves_out_points_missing_a_figure():
+    points = [{"interactivity_tps": None, "throughput_tps": 50.0}, {"interactivity_tps": 3.0, "throughput_tps": 9.0}]
+    assert pareto_frontier(points) == [points[1]]
+
+
 def test_interpolation():
     curve = [(10.0, 100.0), (30.0, 40.0), (20.0, 80.0)]
     assert interpolate(curve, 15.0) == pytest.approx(90.0)
@@ -82,8 +87,8 @@ def test_recommended_d_is_the_fastest_per_batch_size():
 
 def test_acceptance_groups_by_hand():
     # run A: two steps of D=2 accepting 2 then 0; run B: one step accepting 1
-    runs = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 2, "steps": 2},
-            {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 1, "steps": 1}]
+    runs = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 2, "steps": 2, "drafted": 4},
+            {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 1, "steps": 1, "drafted": 2}]
     histogram = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": j, "steps": 1}
                  for j in range(3)]
     positions = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 1, "reached": 3, "accepted": 2},
@@ -91,6 +96,7 @@ def test_acceptance_groups_by_hand():
     [group] = acceptance_groups(runs, histogram, positions)
     assert group["runs"] == 2 and group["drafting_steps"] == 3 and group["histogram"] == [1, 1, 1]
     assert group["al"] == pytest.approx(2.0)  # 1 + 3 accepted / 3 steps
+    assert group["acceptance_rate"] == pytest.approx(3 / 6)
     assert group["survival"] == pytest.approx([2 / 3, 1 / 3])
     assert group["conditional"] == pytest.approx([2 / 3, 1 / 2])
     assert group["al_ci_low"] <= 2.0 <= group["al_ci_high"]

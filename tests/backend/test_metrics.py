@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from backend.core.metrics import acceptance_stats, geomean, measured_rho, speed_stats, summary
+from backend.core.metrics import AcceptanceCounter, acceptance_stats, geomean, measured_rho, speed_stats, summary
 
 
 @dataclass
@@ -50,6 +50,22 @@ def test_conditional_is_none_for_a_position_never_reached():
 def test_no_drafting_gives_al_one():
     stats = acceptance_stats([Step([], 0, [1]), Step([], 0, [2])])
     assert (stats.al, stats.acceptance_rate, stats.histogram) == (1.0, 0.0, [0])
+
+
+def test_the_counter_merges_and_counts_like_acceptance_stats():
+    steps = [Step([1] * n, a) for n, a in [(3, 3), (3, 0), (0, 0), (2, 1), (4, 2)]]
+    whole = AcceptanceCounter()
+    for step in steps:
+        whole.add_step(step)
+    halves = AcceptanceCounter()
+    for part in (steps[:2], steps[2:]):
+        half = AcceptanceCounter()
+        for step in part:
+            half.add_step(step)
+        halves.merge(half)
+    assert halves == whole and whole.stats() == acceptance_stats(steps)
+    assert (whole.drafts, whole.drafted_tokens, whole.accepted_tokens) == (4, 12, 6)
+    assert whole.accepted_per_position == [3, 2, 1, 0] and whole.reached_per_position == [4, 3, 2, 0]
 
 
 def test_speed_and_rho():

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import signal
 import time
-from types import SimpleNamespace
 
+import duckdb
 import httpx
 import pytest
 
-from backend.core.metrics import acceptance_stats
+from backend.core.metrics import AcceptanceCounter
 from backend.lab.analysis import acceptance_groups
 from backend.lab.store import MIGRATIONS, RunStore
 from tests.tiny import save_tiny
@@ -29,6 +29,29 @@ def test_migrations_from_empty_and_reopen(tmp_path):
     again = RunStore(tmp_path / "a.duckdb")  # nothing re-applied, nothing lost
     assert again.schema_version() == MIGRATIONS[-1][0]
     assert again.runs().empty
+
+
+def test_a_version_3_file_gains_the_software_columns_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "v3.duckdb"
+    db = duckdb.connect(str(path))
+    db.execute("CREATE TABLE schema_version (version INTEGER, applied_at TIMESTAMP)")
+    for version, sql in MIGRATIONS[:3]:
+        db.execute(sql)
+        db.execute("INSERT INTO schema_version VALUES (?, now())", [version])
+    db.execute("INSERT INTO runs (run_id, kind, status, created_at, turns, target, drafter, draft_len) "
+               "VALUES ('old', 'generate', 'complete', now(), '[\"hi\"]', 't', 'ngram', '2')")
+    db.close()
+    store = RunStore(path)
+    assert store.schema_version() == 4
+    old = store.run("old")
+    assert old["status"] == "complete" and old["specscope_version"] is None and old["git_commit"] is None
+    store.start_run(run_row("new", specscope_version="0.1.0", git_commit="abc123"))
+    assert (store.run("new")["specscope_version"], store.run("new")["git_commit"]) == ("0.1.0", "abc123")
+    store.start_sweep("s", "t", "f", "cpu", {})
+    store.add_sweep_points("s", [{"drafter": "ngram", "draft_len": 2, "batch_size": 1, "category": "all",
+                                  "split": "all", "specscope_version": "0.1.0", "git_commit": "abc123"}])
+    [point] = store.sweep_points("s").to_dict(orient="records")
+    assert (point["specscope_version"], point["git_commit"], point["draft_len"]) == ("0.1.0", "abc123", "2")
 
 
 def test_runs_steps_and_filters(tmp_path):
@@ -63,27 +86,32 @@ def test_a_baseline_is_a_single_sequence_plain_run_on_the_same_path(tmp_path):
     assert store.baseline_tokens_per_s("f", ["hello"], 8, 0.0, "cpu", "off") == 10.0
 
 
-def test_acceptance_tables_agree_with_the_metrics_module(tmp_path):
+def test_the_sql_aggregates_equal_the_acceptance_counter_on_the_same_stored_runs(tmp_path):
     store = RunStore(tmp_path / "acc.duckdb")
-    pattern = {"r1": [(3, 3), (3, 0), (3, 1), (0, 0)], "r2": [(3, 2), (2, 2)], "r3": [(3, 3)]}  # (drafted, accepted)
-    records = {}
+    pattern = {"r1": [(3, 3), (3, 0), (3, 1), (0, 0)], "r2": [(3, 2), (2, 2), (1, 0)], "r3": [(3, 3)],
+               "r4": [(2, 1)]}  # (drafted, accepted) per step; r4 fails and is left out
     for run_id, steps in pattern.items():
         store.start_run(run_row(run_id, draft_len=3, category="chat" if run_id != "r3" else "code"))
-        records[run_id] = [{"index": i, "turn": 0, "draft_len": 3, "drafted": list(range(10, 10 + n)), "accepted": a,
-                            "emitted": list(range(a + 1)), "draft_s": 0.0, "verify_s": 0.01}
-                           for i, (n, a) in enumerate(steps)]
-        store.add_steps(run_id, records[run_id])
-        store.finish_run(run_id, status="complete")
+        store.add_steps(run_id, [{"index": i, "turn": 0, "draft_len": 3, "drafted": list(range(10, 10 + n)),
+                                  "accepted": a, "emitted": list(range(a + 1)), "draft_s": 0.0, "verify_s": 0.01}
+                                 for i, (n, a) in enumerate(steps)])
+        store.finish_run(run_id, status="failed" if run_id == "r4" else "complete")
     tables = [table.to_dict(orient="records") for table in store.acceptance_tables(target="t").values()]
     [pooled] = acceptance_groups(*tables, pool_categories=True)
-    expected = acceptance_stats([SimpleNamespace(**s) for steps in records.values() for s in steps])
-    assert pooled["drafting_steps"] == expected.drafting_steps == 6 and pooled["runs"] == 3
-    assert pooled["al"] == pytest.approx(expected.al)
-    assert pooled["histogram"] == expected.histogram
+
+    counter = AcceptanceCounter()
+    for run_id in ("r1", "r2", "r3"):  # fed step by step from the stored rows
+        for step in store.steps(run_id).itertuples():
+            counter.add(len(step.drafted), step.accepted)
+    expected = counter.stats()
+    assert pooled["drafting_steps"] == expected.drafting_steps == 7 and pooled["runs"] == 3
+    assert pooled["al"] == pytest.approx(expected.al) == pytest.approx(1 + 11 / 7)
+    assert pooled["acceptance_rate"] == pytest.approx(expected.acceptance_rate) == pytest.approx(11 / 18)
+    assert pooled["histogram"] == expected.histogram == [2, 1, 2, 2]
     assert pooled["survival"] == pytest.approx(expected.survival)
     assert pooled["conditional"] == pytest.approx(expected.conditional)
     by_category = acceptance_groups(*tables)
-    assert [(g["category"], g["drafting_steps"]) for g in by_category] == [("chat", 5), ("code", 1)]
+    assert [(g["category"], g["drafting_steps"]) for g in by_category] == [("chat", 6), ("code", 1)]
     assert acceptance_groups(*(t.to_dict(orient="records")
                                for t in store.acceptance_tables(target="other").values())) == []
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -62,6 +63,8 @@ def test_generate_streams_start_steps_baseline_summary_and_stores_the_run(worker
     assert stored["status"] == "complete" and stored["drafter"] == "ngram" and stored["draft_len"] == "4"
     assert [s["emitted"] for s in stored["steps"]] == [s["emitted"] for s in steps]
     assert stored["steps"][0]["emitted_text"] and stored["turns"] == [PROMPT]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert stored["specscope_version"] == "0.1.0" and stored["git_commit"] == head
 
 
 def test_a_compiling_worker_says_so_then_stores_compiled_runs(tiny_folder, tmp_path):
@@ -173,12 +176,62 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "temperature": -1}, "temperature"),
         ({"prompt": "w5 " * 30_000}, "too long"),
         ({"messages": []}, "prompt is empty"),
+        ({"prompt": "w5 \ud800"}, "prompt: text must be valid UTF-8"),
+        ({"messages": ["w5", "w6\x00"]}, "messages.1: text must not contain NUL"),
+        ({"prompt": "w5", "seed": 2**80}, "seed: integers must fit in 64 bits"),
+        ({"prompt": "w5", "top_k": 2**40}, "top_k"),
+        ({"prompt": "w5", "temperature": float("nan")}, "temperature"),
+        ({"prompt": "w5", "temperature": 1.0, "top_p": 5e-324}, "top_p"),
+        ({"prompt": "w5", "target": "x" * 300}, "target: names must be at most"),
+        ({"prompt": "w5", "drafter": "eagle3", "drafter_path": "/a/" + "b" * 300}, "drafter_path: names must be"),
+        ({"prompt": "w5", "stop": ["\udfff"]}, "stop.0: text must be valid UTF-8"),
     ],
 )
 def test_bad_requests_get_a_json_4xx(worker, body, message):
-    reply = httpx.post(worker.url + "/generate", json=body)
+    reply = httpx.post(worker.url + "/generate", content=json.dumps(body), headers={"content-type": "application/json"})
     assert 400 <= reply.status_code < 500
     assert message in reply.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/compare", {"prompt": "w5", "lanes": [{"drafter": "ngram"}, {"drafter": "draft-model",
+                                                                       "draft_model": "m\ud800"}]},
+         "lanes.1.draft_model: text must be valid UTF-8"),
+        ("/sweeps", {"questions": [{"question_id": 1, "turns": ["w5"]}], "drafters": ["ngram"], "draft_lens": [2],
+                     "batch_sizes": [1], "settings": {"note": float("inf")}}, "settings.note: numbers must be finite"),
+        ("/sweeps", {"questions": [{"question_id": 2**70, "turns": ["w5"]}], "drafters": ["ngram"],
+                     "draft_lens": [2], "batch_sizes": [1]}, "questions.0.question_id: integers must fit in 64 bits"),
+    ],
+)
+def test_bad_values_anywhere_in_a_body_get_a_json_4xx(worker, path, body, message):
+    reply = httpx.post(worker.url + path, content=json.dumps(body), headers={"content-type": "application/json"})
+    assert reply.status_code == 422 and message in reply.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "message"),
+    [
+        ("/runs", {"limit": -1}, "limit"),
+        ("/runs", {"limit": 10**30}, "limit"),
+        ("/runs", {"since": "notadate"}, "since"),
+        ("/runs", {"until": "0001-01-01T00:00:00+14:00"}, "until: the time must fall between"),
+        ("/codesign", {"target": "m" * 300}, "target: names must be at most"),
+    ],
+)
+def test_bad_query_parameters_get_a_json_4xx(worker, path, params, message):
+    reply = httpx.get(worker.url + path, params=params)
+    assert reply.status_code == 422 and message in reply.json()["error"]
+
+
+def test_runs_since_a_zoned_time_compare_in_utc(worker):
+    stream(worker, "/generate", {"prompt": "w44 w45", "max_new_tokens": 4, "baseline": False})
+    newest = httpx.get(worker.url + "/runs", params={"limit": 1}).json()[0]["created_at"]  # naive UTC
+    same_moment_elsewhere = (datetime.fromisoformat(newest).replace(tzinfo=UTC)
+                             .astimezone(timezone(timedelta(hours=5))).isoformat())
+    since = httpx.get(worker.url + "/runs", params={"since": same_moment_elsewhere}).json()
+    assert newest in [run["created_at"] for run in since]
 
 
 def test_compare_needs_two_to_four_lanes(worker):
@@ -193,6 +246,19 @@ def test_unknown_model_and_context_overflow_are_error_records(worker):
     assert records[-1]["type"] == "error" and "context" in records[-1]["message"]
     failed = httpx.get(worker.url + "/runs", params={"status": "failed"}).json()
     assert failed and all(run["error"] for run in failed)
+
+
+def test_requests_jobs_and_their_outcomes_are_logged_beside_the_store(worker):
+    stream(worker, "/generate", {"prompt": "w50 w51", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 4,
+                                 "baseline": False})
+    stream(worker, "/generate", {"prompt": "w5", "target": "/no/such/model"})
+    httpx.get(worker.url + "/runs", params={"limit": -1})
+    lines = (worker.db.parent / "worker.log").read_text().splitlines()
+    assert any(line.endswith(" ms") and "POST /generate 200" in line for line in lines)
+    assert any("GET /runs 422" in line for line in lines)
+    ended = [line for line in lines if "ended: generate, drafter ngram" in line]
+    assert ended and ended[-1].endswith(", complete")
+    assert any("ended: generate" in line and "failed: no such model folder" in line for line in lines)
 
 
 def test_runs_are_listed_with_filters(worker):
