@@ -84,7 +84,9 @@ def option_input(prefix: str, option: dict):
         return int(st.number_input(label, int(option["ge"] or 0), int(option["le"] or 1024), int(option["default"]),
                                    key=key, help=help_text))
     low = option["ge"] if option["ge"] is not None else (option["gt"] + 0.01 if option["gt"] is not None else None)
-    return float(st.number_input(label, low, option["le"], float(option["default"]), key=key, help=help_text))
+    high = option["le"]
+    return float(st.number_input(label, None if low is None else float(low), None if high is None else float(high),
+                                 float(option["default"]), key=key, help=help_text))
 
 
 def sampling_input(prefix: str) -> dict:
