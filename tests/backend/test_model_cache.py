@@ -11,9 +11,8 @@ from backend.serving.model_cache import ModelCache, model_bytes
 from tests.tiny import tiny_llama
 
 
-def loader_of(models: dict, delay: float = 0.0):
+def loader_of(models: dict):
     def load(spec, **_):
-        time.sleep(delay)
         return models[spec]
     return load
 
@@ -40,13 +39,25 @@ def test_drafters_persist_per_target_and_go_with_it():
 
 
 def test_status_questions_do_not_wait_for_a_load():
-    models = {"slow": tiny_llama(seed=0)}
-    cache = ModelCache(budget_bytes=10**9, loader=loader_of(models, delay=1.5))
+    """The load is held until the status questions have been answered: if they waited for it, the
+    questioning thread would still be blocked when the load is released."""
+    release, model = threading.Event(), tiny_llama(seed=0)
+
+    def held_load(spec, **_):
+        release.wait()
+        return model
+
+    cache = ModelCache(budget_bytes=10**9, loader=held_load)
     loading = threading.Thread(target=cache.get, args=("slow",))
     loading.start()
-    time.sleep(0.2)
-    started = time.perf_counter()
-    assert cache.loaded() == [] and cache.loading == "slow" and cache.peek("slow") is None
-    assert time.perf_counter() - started < 0.5
+    while cache.loading != "slow":
+        time.sleep(0.01)
+    answers = []
+    asking = threading.Thread(target=lambda: answers.append((cache.loaded(), cache.loading, cache.peek("slow"))))
+    asking.start()
+    asking.join(timeout=60)
+    answered_while_loading = not asking.is_alive()
+    release.set()
     loading.join()
+    assert answered_while_loading and answers == [([], "slow", None)]
     assert cache.loaded() == ["slow"] and cache.loading is None

@@ -157,9 +157,9 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
             break
         time.sleep(0.2)
     assert status == "cancelled"
-    started = time.perf_counter()
-    stream(worker, "/generate", {"prompt": PROMPT, "max_new_tokens": 5, "baseline": False})
-    assert time.perf_counter() - started < 10  # the compute thread is free again
+    # the compute thread is free again: the next job starts without waiting in line
+    records = stream(worker, "/generate", {"prompt": PROMPT, "max_new_tokens": 5, "baseline": False})
+    assert "queued" not in [record["type"] for record in records] and records[-1]["type"] == "summary"
 
 
 @pytest.mark.parametrize(
