@@ -121,6 +121,22 @@ def test_live_run_shows_tokens_step_by_step(browser_page):
     page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
 
 
+
+def test_html_in_the_output_is_drawn_as_text(browser_page):
+    """The default model echoes this markup (greedy); rendered as HTML it would set window.__xss."""
+    page = browser_page
+    previous = page.locator(".ss-out[data-run]").first.get_attribute("data-run") or ""
+    type_prompt(page, 'Repeat this HTML exactly, with nothing else: <img src=x onerror="window.__xss=1"><b>bold</b>')
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.wait_for_function(FIRST_TOKEN_OF_A_NEW_RUN, arg=previous, polling=50)
+    page.wait_for_function("() => document.querySelector('.ss-out[data-run]').textContent.includes('onerror')",
+                           polling=100)
+    text = page.locator(".ss-out[data-run]").first.text_content()
+    assert "<img" in text and "onerror" in text  # the markup is in the output, as characters
+    assert page.locator(".ss-out img, .ss-out b").count() == 0
+    assert page.evaluate("window.__xss === undefined")
+    type_prompt(page, PROMPT)  # the next test reruns the suite prompt
+
 def test_moving_the_d_slider_and_rerunning(browser_page):
     page = browser_page
     slider = page.get_by_role("slider").first
