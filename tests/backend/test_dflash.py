@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from backend.core.drafter import DraftRequest
 from backend.core.models import matmul_weights
 from backend.core.verify import SamplingParams
 from backend.drafters import dflash, head_io
@@ -217,7 +218,8 @@ def test_a_trained_head_gets_drafts_accepted(tiny, trained):
 def test_missing_hidden_states_stop_drafting_but_not_decoding(tiny):
     check_missing_states_stop_drafting(dflash, tiny)
     drafter = dflash.DFlashDrafter(tiny, dflash.new_head(tiny))
-    assert len(first_draft(drafter, tiny, PROMPT[:1], 3).tokens) == 3  # a one-token prompt has no states yet
+    session = drafter.start(PROMPT[:1], {})  # a one-token prompt has no states yet: it drafts from the anchor
+    assert len(session.propose(DraftRequest(PROMPT[:1], 3, SamplingParams(), torch.Generator())).tokens) == 3
 
 
 def test_the_cost_is_one_pass_spread_over_the_block(tiny):
