@@ -112,7 +112,6 @@ def cuda_training() -> dict:
     from backend.drafters import eagle3
     from backend.training.dataset import distil
     from backend.training.loop import TrainSettings, train
-    from backend.training.mechanisms import MECHANISMS
     from tests.tiny import tiny_instructions, tiny_llama
 
     tiny = tiny_llama()
@@ -121,15 +120,14 @@ def cuda_training() -> dict:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         instructions = tiny_instructions(96)
-        mechanism = MECHANISMS["eagle3"]
-        layers = mechanism.layers(tiny, {})
+        layers = eagle3.training_layers(tiny)
         train_data = distil(tiny, instructions, layers, "train", 24, cache_root=root)
         validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
         head = eagle3.new_head(tiny)
         settings = TrainSettings(tokens=200 * 8 * 64, window=64, rows=8, validate_every=100, validation_prompts=4,
                                  validation_new_tokens=24)
         started = time.perf_counter()
-        report = train(mechanism, tiny, head, train_data, validation_data,
+        report = train(eagle3, tiny, head, train_data, validation_data,
                        [i for i in instructions if i.split == "validation"] or instructions[:4], settings,
                        root / "out")
         return {"steps": report.steps, "seconds": time.perf_counter() - started,

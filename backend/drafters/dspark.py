@@ -17,13 +17,15 @@ is exact for rejection sampling; stopping on confidence only shortens the draft,
 
 Training: backbone KL + Markov-corrected KL (teacher-forced on the true previous tokens) + BCE of the
 confidence against "the corrected draft's argmax equals the target's" at each slot (given a correct
-prefix). Knows nothing about the engine or the training loop.
+prefix). Anchored blocks and the session are block_drafting.py's. Knows nothing about the engine or the
+training loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -31,40 +33,38 @@ from torch import nn
 
 from backend.core.drafter import Draft, DrafterCost, DraftRequest
 from backend.core.models import LoadedModel, matmul_weights
-from backend.drafters import dflash
-from backend.drafters.dflash import (
-    DFlashConfig,
-    DFlashDrafter,
-    DFlashHead,
-    DFlashSession,
+from backend.drafters import dflash, head_io
+from backend.drafters.block_drafting import (
+    BlockDrafter,
+    BlockSession,
     anchored_blocks,
     block_kl,
-    build_head,
     expected_accepted,
-    pick_tokens,
     position_weights,
     top1_by_position,
 )
+from backend.drafters.dflash import DFlashConfig, DFlashHead
 from backend.drafters.spec import trained_spec
-from backend.drafters.trained import TargetParts, TrainBatch
+from backend.drafters.trained import TargetParts, TrainBatch, TrainedHead, pick_tokens
 
 KIND = "dspark"
 INITIAL_CONFIDENCE_LOGIT = 4.0  # sigmoid(4) = 0.98: an untrained head drafts whole blocks
 
 
-@dataclass
+@dataclass(frozen=True)
 class DSparkConfig(DFlashConfig):
+    kind: ClassVar[str] = KIND
     markov_rank: int = 64  # r of the Markov head
     threshold: float = 0.3  # stop where the running product of confidences falls below this (0 = never)
 
 
-class DSparkHead(nn.Module):
+class DSparkHead(TrainedHead):
     kind = KIND
+    config_class = DSparkConfig
 
-    def __init__(self, config: DSparkConfig, parts: TargetParts, d2t: torch.Tensor) -> None:
-        super().__init__()
-        self.config, self.parts = config, parts
-        self.backbone = DFlashHead(config, parts, d2t)
+    def __init__(self, parts: TargetParts, config: DSparkConfig, d2t: torch.Tensor) -> None:
+        super().__init__(parts, config, d2t)
+        self.backbone = DFlashHead(parts, config, d2t)
         hidden, rank = parts.hidden_size, config.markov_rank
         self.markov_in = nn.Linear(hidden, rank, bias=False)  # W_1
         self.markov_out = nn.Linear(rank, d2t.numel(), bias=False)  # W_2
@@ -74,14 +74,15 @@ class DSparkHead(nn.Module):
             self.confidence.weight.zero_()
             self.confidence.bias.fill_(INITIAL_CONFIDENCE_LOGIT)
 
+    upgrade_state = DFlashHead.upgrade_state  # its backbone's layers were renamed too
+
     @property
-    def d2t(self) -> torch.Tensor:
-        return self.backbone.d2t
+    def feature_layers(self) -> tuple[int, ...]:
+        return self.backbone.feature_layers
 
     def markov(self, previous: torch.Tensor) -> torch.Tensor:
         """Previous token ids [...] (target vocabulary) -> z [..., r]."""
-        embedded = F.embedding(previous, self.parts.embed.weight.detach()).to(self.markov_in.weight.dtype)
-        return self.markov_in(embedded)
+        return self.markov_in(self.embed(previous).to(self.markov_in.weight.dtype))
 
     def corrected(self, logits: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return logits + self.markov_out(z)  # [..., Vd]
@@ -90,47 +91,8 @@ class DSparkHead(nn.Module):
         return self.confidence(torch.cat([hidden, z], dim=-1))[..., 0]  # [...]
 
 
-def training_loss(head: DSparkHead, parts: TargetParts, batch: TrainBatch, block_size: int | None = None,
-                  anchors_per_row: int = 16, decay: float | None = 4.0, generator: torch.Generator | None = None,
-                  weights: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[torch.Tensor, dict]:
-    """weights: (backbone KL, Markov-corrected KL, confidence BCE). The confidence head reads detached
-    states, so it calibrates the drafter without pulling on it."""
-    blocks = anchored_blocks(head.backbone, parts, batch, block_size, anchors_per_row, generator)
-    w = position_weights(blocks.valid.shape[2], decay, blocks.valid.device)
-    base = head.backbone.logits(blocks.hidden)  # [B, K, D, Vd]
-    z = head.markov(blocks.previous)  # [B, K, D, r]: teacher-forced on the true previous tokens
-    corrected = head.corrected(base, z)  # [B, K, D, Vd]
-    backbone_kl, markov_kl = block_kl(base, blocks, w), block_kl(corrected, blocks, w)
-    accepted = (corrected.argmax(-1) == blocks.target.argmax(-1)).float()  # [B, K, D]: c*_k
-    logit = head.confidence_logit(blocks.hidden.detach(), z.detach())  # [B, K, D]
-    valid = blocks.valid.float()
-    bce = (F.binary_cross_entropy_with_logits(logit.float(), accepted, reduction="none") * valid).sum()
-    bce = bce / valid.sum().clamp(min=1)
-    loss = weights[0] * backbone_kl + weights[1] * markov_kl + weights[2] * bce
-    top1 = top1_by_position(base, blocks)
-    top1_markov = top1_by_position(corrected, blocks)
-    return loss, {"loss": float(loss.detach()), "backbone_kl": float(backbone_kl.detach()),
-                  "markov_kl": float(markov_kl.detach()),
-                  "confidence_bce": float(bce.detach()), "top1": top1, "top1_markov": top1_markov,
-                  "expected_accepted": expected_accepted(top1_markov)}
-
-
-def new_head(target: LoadedModel, d2t: torch.Tensor | None = None, token_counts: torch.Tensor | None = None,
-             **settings) -> DSparkHead:
-    """An untrained head; settings are DSparkConfig fields (DFlash's plus markov_rank and threshold); the
-    vocabulary as in dflash.build_head."""
-    return build_head(DSparkHead, DSparkConfig(**settings), target, d2t, token_counts)
-
-
-def load_head(folder: str | Path, target: LoadedModel) -> DSparkHead:
-    return dflash.load_head(folder, target, DSparkHead, DSparkConfig)
-
-
-save_head = dflash.save_head  # writes either kind
-
-
-class DSparkSession(DFlashSession):
-    """DFlash's session (context bookkeeping, one backbone pass), drafting left to right from the block."""
+class DSparkSession(BlockSession):
+    """The block session (context bookkeeping, one backbone pass), drafting left to right from the block."""
 
     def draft(self, hidden: torch.Tensor, anchor: int, request: DraftRequest) -> Draft:
         """hidden [n, H] for slots 1..n -> the draft, stopping at low confidence or after an EOS."""
@@ -158,8 +120,9 @@ class DSparkSession(DFlashSession):
         return Draft(tokens, torch.stack(rows) if rows else None, confidence, stop)
 
 
-class DSparkDrafter(DFlashDrafter):
+class DSparkDrafter(BlockDrafter):
     name = KIND
+    head_class = DSparkHead
     session_class = DSparkSession
 
     def __init__(self, target: LoadedModel, head: DSparkHead, threshold: float | None = None) -> None:
@@ -169,7 +132,7 @@ class DSparkDrafter(DFlashDrafter):
 
     @classmethod
     def load(cls, folder: str | Path, target: LoadedModel, threshold: float | None = None) -> DSparkDrafter:
-        return cls(target, load_head(folder, target), threshold)
+        return cls(target, head_io.load_head(DSparkHead, folder, target), threshold)
 
     def cost(self) -> DrafterCost:
         """The backbone pass per block slot, plus the Markov and confidence heads run once per token."""
@@ -180,9 +143,61 @@ class DSparkDrafter(DFlashDrafter):
         return DrafterCost(per_pass / head.config.block_size + per_token, self.target.tle_per_forward)
 
 
+# --- the trained-kind interface (the training loop's, the same for every kind) ------------------------
+
+
+def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:
+    """The backbone's: its fused layers and the final state (dflash.training_layers)."""
+    return dflash.training_layers(target, settings)
+
+
+def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None,
+             d2t: torch.Tensor | None = None) -> DSparkHead:
+    """An untrained head; settings are DSparkConfig fields (DFlash's plus markov_rank and threshold); the
+    vocabulary as in head_io.new_head."""
+    return head_io.new_head(DSparkHead, target, settings, token_counts, d2t)
+
+
+def training_loss(head: DSparkHead, parts: TargetParts, batch: TrainBatch, block_size: int | None = None,
+                  anchors_per_row: int = 16, decay: float | None = 4.0,
+                  weights: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[torch.Tensor, dict]:
+    """weights: (backbone KL, Markov-corrected KL, confidence BCE). The confidence head reads detached
+    states, so it calibrates the drafter without pulling on it."""
+    blocks = anchored_blocks(head.backbone, parts, batch, block_size, anchors_per_row)
+    w = position_weights(blocks.valid.shape[2], decay, blocks.valid.device)
+    base = head.backbone.logits(blocks.hidden)  # [B, K, D, Vd]
+    z = head.markov(blocks.previous)  # [B, K, D, r]: teacher-forced on the true previous tokens
+    corrected = head.corrected(base, z)  # [B, K, D, Vd]
+    backbone_kl, markov_kl = block_kl(base, blocks, w), block_kl(corrected, blocks, w)
+    accepted = (corrected.argmax(-1) == blocks.target.argmax(-1)).float()  # [B, K, D]: c*_k
+    logit = head.confidence_logit(blocks.hidden.detach(), z.detach())  # [B, K, D]
+    valid = blocks.valid.float()
+    bce = (F.binary_cross_entropy_with_logits(logit.float(), accepted, reduction="none") * valid).sum()
+    bce = bce / valid.sum().clamp(min=1)
+    loss = weights[0] * backbone_kl + weights[1] * markov_kl + weights[2] * bce
+    top1 = top1_by_position(base, blocks)
+    top1_markov = top1_by_position(corrected, blocks)
+    return loss, {"loss": float(loss.detach()), "backbone_kl": float(backbone_kl.detach()),
+                  "markov_kl": float(markov_kl.detach()),
+                  "confidence_bce": float(bce.detach()), "top1": top1, "top1_markov": top1_markov,
+                  "expected_accepted": expected_accepted(top1_markov)}
+
+
+def drafter(target: LoadedModel, head: DSparkHead) -> DSparkDrafter:
+    return DSparkDrafter(target, head)
+
+
+def save(head: DSparkHead, target: LoadedModel, folder: str | Path) -> Path:
+    return head_io.save(head, target, folder)
+
+
+def load(folder: str | Path, target: LoadedModel, threshold: float | None = None) -> DSparkDrafter:
+    return DSparkDrafter.load(folder, target, threshold)
+
+
 SPEC = trained_spec(
-    "dspark",
+    KIND,
     "DSpark: DFlash's block drafter plus a Markov head over the previous draft and a confidence head that "
     "stops the block",
-    DSparkDrafter.load,
-    lambda target: DSparkDrafter(target, new_head(target)))
+    load,
+    lambda target: drafter(target, new_head(target)))

@@ -4,13 +4,13 @@ one is trained from scratch on the target's final hidden state; it borrows the t
 norm and LM head (frozen, shared; optionally only the d2t rows, a cheaper deviation from DeepSeek).
 
     x_t  = proj([enorm(emb(x_{t+1})); hnorm(h_t)])           2H -> H (embedding first, as vLLM)
-    h'_t = block(x_t)                                         one Llama decoder layer, RoPE position t + j
+    h'_t = block(x_t)                                         one pre-norm decoder layer, RoPE position t + j
     q_t  = softmax(lm_head(final_norm(h'_t))[d2t])            a guess for x_{t+2}
 
 h_t is the target's hs[L] (post-norm, HF numbering) at step 0 and the module's own output afterwards.
-Drafting, the session and the KV-cache handling are EAGLE-3's (eagle3.py), with the target's final
-state as the only feature. Training is the recursive multi-step loss of FastMTP / speculators (own hidden
-fed back, step weights beta^k normalised, beta = 0.6), with two deviations: the loss is forward KL to the
+Drafting, the session and the KV-cache handling are feature_chain.py's, with the target's final state as
+the only feature. Training is the recursive multi-step loss of FastMTP / speculators (own hidden fed
+back, step weights beta^k normalised, beta = 0.6), with two deviations: the loss is forward KL to the
 target's distribution rather than cross-entropy to the data token, and step k attends as at drafting
 time (the target-fed step 0 of earlier positions plus its own chain, EAGLE-3's training-time test)
 rather than causally over step-k states. Knows nothing about the engine or the training loop.
@@ -19,24 +19,22 @@ rather than causally over step-k states. Knows nothing about the engine or the t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel
-from backend.drafters import eagle3
-from backend.drafters.eagle3 import DraftLayer, FeatureDrafter, FeatureHead
+from backend.drafters import head_io
+from backend.drafters.draft_layer import DraftLayer, rms_norm
+from backend.drafters.feature_chain import FeatureDrafter, FeatureHead, chain_loss
 from backend.drafters.spec import trained_spec
-from backend.drafters.trained import TargetParts, TrainBatch
+from backend.drafters.trained import TargetParts, TrainBatch, whole_vocabulary
 
 KIND = "mtp"
 STEP_BETA = 0.6  # FastMTP's step weights beta^k / sum_j beta^j
-save = eagle3.save  # (head, target, folder): writes the weights folder
-state_for_saving = eagle3.state_for_saving  # head -> (settings, state, d2t or None) for trained.save_drafter
 
 
 @dataclass(frozen=True)
@@ -46,14 +44,10 @@ class MtpConfig:
 
     @classmethod
     def for_target(cls, parts: TargetParts, **settings) -> MtpConfig:
-        config = cls(settings.pop("draft_vocab_size", parts.vocab_size),
-                     settings.pop("intermediate_size", parts.config.intermediate_size))
-        if settings:
-            raise SpecScopeError(f"unknown {KIND} settings: {', '.join(sorted(settings))} (known: draft_vocab_size, "
-                                 "intermediate_size)")
-        if not 1 <= config.draft_vocab_size <= parts.vocab_size:
-            raise SpecScopeError(f"the draft vocabulary must hold 1..{parts.vocab_size} tokens, got "
-                                 f"{config.draft_vocab_size}")
+        settings = head_io.checked_settings(cls, KIND, settings)
+        config = cls(settings.get("draft_vocab_size", parts.vocab_size),
+                     settings.get("intermediate_size", parts.config.intermediate_size))
+        head_io.check_vocabulary(config.draft_vocab_size, parts)
         return config
 
     def to_dict(self) -> dict:
@@ -66,17 +60,21 @@ class MtpHead(FeatureHead):
 
     def __init__(self, parts: TargetParts, config: MtpConfig, d2t: torch.Tensor) -> None:
         super().__init__(parts, config, d2t)
-        hidden, eps = parts.hidden_size, parts.config.rms_norm_eps
-        self.embed_norm = LlamaRMSNorm(hidden, eps)
-        self.hidden_norm = LlamaRMSNorm(hidden, eps)
+        hidden = parts.hidden_size
+        self.embed_norm = rms_norm(hidden, parts.config)
+        self.hidden_norm = rms_norm(hidden, parts.config)
         self.proj = nn.Linear(2 * hidden, hidden, bias=False)
-        self.input_norm = LlamaRMSNorm(hidden, eps)
-        self.layer = DraftLayer(parts.config, hidden, config.intermediate_size)
+        self.layer = DraftLayer(parts.config, hidden, config.intermediate_size, input_norm=True)
         # the shared LM head's rows, frozen and outside the state dict (a view, not a copy, for the whole vocabulary)
         weight, bias = parts.lm_head.weight.detach(), parts.lm_head.bias
-        whole = eagle3.whole_vocabulary(self.d2t, parts.vocab_size)
+        whole = whole_vocabulary(self.d2t, parts.vocab_size)
         self.register_buffer("head_weight", weight if whole else weight[self.d2t], persistent=False)  # [Vd, H]
         self.register_buffer("head_bias", None if bias is None else bias.detach()[self.d2t], persistent=False)
+
+    @classmethod
+    def upgrade_state(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Folders written before the block's input norm moved into the shared draft layer name it `input_norm`."""
+        return {("layer." + name if name == "input_norm.weight" else name): tensor for name, tensor in state.items()}
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -87,7 +85,7 @@ class MtpHead(FeatureHead):
 
     def step(self, embeds: torch.Tensor, h: torch.Tensor, positions: torch.Tensor, memory) -> torch.Tensor:
         x = self.proj(torch.cat([self.embed_norm(embeds), self.hidden_norm(h)], dim=-1))  # [B, T, 2H] -> [B, T, H]
-        return self.layer(self.input_norm(x), x, positions, memory)  # [B, T, H]: the block's output, fed back
+        return self.layer(x, positions, memory)  # [B, T, H]: the block's output, fed back
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         norm = self.parts.norm  # the target's final norm, its weights detached so no gradient reaches the target
@@ -98,32 +96,47 @@ class MtpHead(FeatureHead):
         return super().draft_weights() + self.head_weight.numel()  # the shared head runs every step too
 
 
-def new_head(target: LoadedModel, d2t: torch.Tensor | None = None, token_counts: torch.Tensor | None = None,
-             **settings) -> MtpHead:
-    """A fresh, untrained module scoring the whole vocabulary by default (vocabulary: see eagle3.fresh_head).
-    Settings: draft_vocab_size, intermediate_size."""
-    return eagle3.fresh_head(MtpHead, target, d2t, token_counts, settings)
-
-
-def training_layers(target: LoadedModel, **settings) -> tuple[int, ...]:
-    """Training reads the target's final hidden state only: the module's input and the soft targets."""
-    MtpConfig.for_target(TargetParts.of(target), **settings)
-    return (target.facts.num_layers,)
-
-
-def training_loss(head: MtpHead, parts: TargetParts, batch: TrainBatch, steps: int = 3, beta: float = STEP_BETA
-                  ) -> tuple[torch.Tensor, dict]:
-    """The recursive multi-step loss over `steps` draft steps, step k weighted beta**k (see eagle3.ttt_loss)."""
-    return eagle3.ttt_loss(head, parts, batch, [beta**k for k in range(steps)])
-
-
 class MtpDrafter(FeatureDrafter):
     name = KIND
     head_class = MtpHead
 
 
+# --- the trained-kind interface (the training loop's, the same for every kind) ------------------------
+
+
+def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:
+    """Training reads the target's final hidden state only: the module's input and the soft targets."""
+    MtpConfig.for_target(TargetParts.of(target), **(settings or {}))
+    return (target.facts.num_layers,)
+
+
+def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None,
+             d2t: torch.Tensor | None = None) -> MtpHead:
+    """A fresh module scoring the whole vocabulary by default (vocabulary: see head_io.new_head). Settings:
+    draft_vocab_size, intermediate_size."""
+    return head_io.new_head(MtpHead, target, settings, token_counts, d2t)
+
+
+def training_loss(head: MtpHead, parts: TargetParts, batch: TrainBatch, steps: int = 3, beta: float = STEP_BETA
+                  ) -> tuple[torch.Tensor, dict]:
+    """The recursive multi-step loss over `steps` draft steps, step k weighted beta**k (chain_loss)."""
+    return chain_loss(head, parts, batch, [beta**k for k in range(steps)])
+
+
+def drafter(target: LoadedModel, head: MtpHead) -> MtpDrafter:
+    return MtpDrafter(target, head)
+
+
+def save(head: MtpHead, target: LoadedModel, folder: str | Path) -> Path:
+    return head_io.save(head, target, folder)
+
+
+def load(folder: str | Path, target: LoadedModel) -> MtpDrafter:
+    return MtpDrafter.load(folder, target)
+
+
 SPEC = trained_spec(
-    "mtp",
+    KIND,
     "multi-token prediction: a head on the target's last hidden state, chained over its own features",
-    MtpDrafter.load,
-    lambda target: MtpDrafter(target, new_head(target)))
+    load,
+    lambda target: drafter(target, new_head(target)))

@@ -1,30 +1,29 @@
-"""What the trained drafters (EAGLE-3, MTP, DFlash, DSpark) share: the frozen parts of the target they
-borrow, the batch they train on, the reduced draft vocabulary, and their weights folder on disk.
+"""What the trained drafters (EAGLE-3, MTP, DFlash, DSpark) share at run time: the frozen parts of the
+target they borrow, the batch they train on, the base of their heads (config, reduced draft vocabulary
+d2t), the target's soft targets over that vocabulary, how a session collects the target's hidden states,
+and the one way a draft token is picked from draft logits.
 
-A weights folder (`data/drafters/NAME/`) holds `config.json` (the mechanism's `kind`, its own shape
-settings, and the target it was trained for: fingerprint, vocabulary size, hidden size, layers),
-`model.safetensors` (fp16/bf16 storage; loaded as the target's dtype), optionally `vocab_map.safetensors`
-(`d2t`, the draft-to-target token map of a reduced vocabulary) and a model card `README.md`.
-Loading checks all of that against the target and says what is wrong in one sentence.
+The rule for missing hidden states, the same for every kind: a session that did not receive the states of
+every committed position cannot pair positions with features any more, so from then on it proposes
+nothing (`Draft([], stop_reason="no-features")`); decoding goes on, one target token per step.
 
-Knows nothing about any one mechanism's layers, the engine or the training loop.
+Knows nothing about any one mechanism's layers, the engine, weights folders (head_io.py) or training.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn import functional as F
 
+from backend.core.drafter import Draft, DraftRequest
 from backend.core.errors import SpecScopeError
-from backend.core.models import LoadedModel
+from backend.core.models import LoadedModel, matmul_weights
+from backend.core.verify import sample, target_probs
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-VOCAB_FILE = "vocab_map.safetensors"
+NO_FEATURES = "no-features"  # the stop reason of a session that lost the target's hidden states
 
 
 class DrafterWeightsError(SpecScopeError):
@@ -62,72 +61,107 @@ class TrainBatch:
     hidden: dict[int, torch.Tensor]  # layer -> [B, T, H]
 
 
-def draft_vocabulary(token_counts: torch.Tensor, size: int) -> torch.Tensor:
-    """d2t: the `size` most frequent target token ids, ascending (EAGLE-3's reduced draft vocabulary).
-    token_counts [V]: how often each target token occurs in the training responses."""
-    size = min(size, token_counts.numel())
-    return torch.sort(torch.topk(token_counts.float(), size).indices).values  # [Vd]
+def whole_vocabulary(d2t: torch.Tensor, vocab_size: int) -> bool:
+    """Is d2t [Vd] every target token in order (no reduced vocabulary)?"""
+    return d2t.numel() == vocab_size and bool((d2t == torch.arange(vocab_size, device=d2t.device)).all())
 
 
-def save_drafter(folder: str | Path, kind: str, settings: dict, state: dict[str, torch.Tensor],
-                 target: LoadedModel, d2t: torch.Tensor | None = None, dtype: torch.dtype = torch.float16) -> Path:
-    """Write a weights folder; tensors are stored in `dtype` (fp16 by default) to keep files small."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    facts = target.facts
-    config = {"kind": kind, "settings": settings,
-              "target": {"spec": target.spec, "fingerprint": target.fingerprint, "vocab_size": facts.vocab_size,
-                         "hidden_size": facts.hidden_size, "num_layers": facts.num_layers}}
-    (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    save_file({name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in state.items()},
-              str(folder / WEIGHTS_FILE))
-    if d2t is not None:
-        save_file({"d2t": d2t.to("cpu", torch.int64).contiguous()}, str(folder / VOCAB_FILE))
-    return folder
+class TrainedHead(nn.Module):
+    """The base of every trained head. The target's parts are borrowed through `parts` (a plain attribute:
+    never in state_dict() or parameters()); `d2t` [Vd] maps draft token i to target token d2t[i] (a
+    non-persistent buffer: it is saved as the vocabulary map). A kind defines:
+
+        kind, config_class     its name and its config dataclass (for_target(parts, **settings), to_dict())
+        feature_layers         the target hidden states it reads (HF numbering)
+        logits(h [..., H])     -> [..., Vd]
+    and may define `upgrade_state` to read weights saved under older parameter names."""
+
+    kind: str
+    config_class: type
+    feature_layers: tuple[int, ...]
+
+    def __init__(self, parts: TargetParts, config, d2t: torch.Tensor) -> None:
+        if d2t.numel() != config.draft_vocab_size:
+            raise SpecScopeError(f"the vocabulary map has {d2t.numel()} tokens, the head {config.draft_vocab_size}")
+        super().__init__()
+        self.config, self.parts = config, parts
+        self.register_buffer("d2t", d2t.to(parts.embed.weight.device, torch.long), persistent=False)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids [...] -> the target's frozen embeddings [..., H]."""
+        with torch.no_grad():
+            return self.parts.embed(ids)
+
+    def draft_weights(self) -> int:
+        """Matmul weights of one pass (the cost model's numerator)."""
+        return matmul_weights(self)
+
+    @classmethod
+    def upgrade_state(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return state
 
 
-@dataclass
-class DrafterFiles:
-    settings: dict
-    state: dict[str, torch.Tensor]  # on the target's device, in its dtype
-    d2t: torch.Tensor | None  # [Vd] long, or None for a full vocabulary
+@torch.no_grad()
+def target_distribution(parts: TargetParts, final: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
+    """The soft targets: the target's next-token distribution restricted to the draft vocabulary,
+    p = softmax(lm_head(hs_L)[d2t]). final [..., H] (hidden state L) -> [..., Vd] fp32."""
+    weight = parts.lm_head.weight.detach()[d2t]  # [Vd, H]
+    bias = parts.lm_head.bias[d2t] if parts.lm_head.bias is not None else None
+    return torch.softmax(F.linear(final.to(weight.dtype), weight, bias).float(), dim=-1)
 
 
-def load_drafter(folder: str | Path, kind: str, target: LoadedModel) -> DrafterFiles:
-    """Read a weights folder for `target`, with a clear error for every way it can be wrong."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DrafterWeightsError(f"no trained {kind} drafter at {folder}: train one with `python -m backend "
-                                  f"train --kind {kind} --out {folder}`")
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (folder / name).is_file():
-            raise DrafterWeightsError(f"{folder} is not a complete drafter folder: {name} is missing")
-    try:
-        config = json.loads((folder / CONFIG_FILE).read_text())
-        trained_for = config["target"]
-        found_kind = config["kind"]
-    except (ValueError, KeyError) as error:
-        raise DrafterWeightsError(f"{folder / CONFIG_FILE} is not a drafter config ({error})") from error
-    if found_kind != kind:
-        raise DrafterWeightsError(f"{folder} holds a {found_kind} drafter, not {kind}")
-    facts = target.facts
-    if (trained_for.get("vocab_size"), trained_for.get("hidden_size")) != (facts.vocab_size, facts.hidden_size):
-        raise DrafterWeightsError(
-            f"{folder} was trained for a target with vocabulary {trained_for.get('vocab_size')} and hidden size "
-            f"{trained_for.get('hidden_size')}; '{target.spec}' has {facts.vocab_size} and {facts.hidden_size}")
-    if trained_for.get("fingerprint") and trained_for["fingerprint"] != target.fingerprint:
-        raise DrafterWeightsError(f"{folder} was trained for another target ('{trained_for.get('spec')}', "
-                                  f"fingerprint {trained_for['fingerprint'][:12]}), not '{target.spec}'")
-    device, dtype = target.device, target.dtype
-    try:
-        state = {name: tensor.to(device, dtype if tensor.is_floating_point() else tensor.dtype)
-                 for name, tensor in load_file(str(folder / WEIGHTS_FILE)).items()}
-    except Exception as error:  # safetensors raises its own error types for corrupt files
-        raise DrafterWeightsError(f"{folder / WEIGHTS_FILE} cannot be read: {error}") from error
-    d2t = None
-    if (folder / VOCAB_FILE).is_file():
-        d2t = load_file(str(folder / VOCAB_FILE))["d2t"].to(device)
-        if d2t.ndim != 1 or int(d2t.min()) < 0 or int(d2t.max()) >= facts.vocab_size:
-            raise DrafterWeightsError(f"{folder / VOCAB_FILE} maps draft tokens outside the target's vocabulary "
-                                      f"of {facts.vocab_size}")
-    return DrafterFiles(config["settings"], state, d2t)
+class CommittedStates:
+    """The target hidden states a session has received, position by position, until a drafter consumes
+    them. `blind` once some committed positions arrived without them (see the module's rule)."""
+
+    def __init__(self, layers: tuple[int, ...]) -> None:
+        self.layers = layers
+        self.received = 0  # positions whose states arrived (consumed or pending)
+        self.pending: list[dict[int, torch.Tensor]] = []  # layer -> [n, H], in order
+        self.blind = False
+
+    def receive(self, hidden: dict[int, torch.Tensor], rows: int) -> None:
+        """The states of `rows` newly committed positions (a one-token prompt has none)."""
+        if rows == 0:
+            return
+        if not all(layer in hidden for layer in self.layers) or hidden[self.layers[0]].shape[0] != rows:
+            self.blind = True
+            return
+        self.pending.append({layer: hidden[layer] for layer in self.layers})
+        self.received += rows
+
+    def ready(self, positions: int) -> bool:
+        """Have the states of exactly the first `positions` positions arrived, with none lost?"""
+        return not self.blind and self.received == positions
+
+    def take(self) -> dict[int, torch.Tensor] | None:
+        """The pending states, layer -> [n, H], and forget them; None when none are pending."""
+        if not self.pending:
+            return None
+        rows = {layer: torch.cat([states[layer] for states in self.pending]) for layer in self.layers}
+        self.pending = []
+        return rows
+
+
+def pick_tokens(logits: torch.Tensor, d2t: torch.Tensor, vocab_size: int, request: DraftRequest
+                ) -> tuple[list[int], torch.Tensor | None, list[float]]:
+    """Draft logits [n, Vd] -> target token ids, q [n, V] (None when greedy: one-hot) and each token's draft
+    probability. Sampling processes the logits with the target's own settings (temperature, top-k, top-p)
+    over the draft vocabulary and draws there; q is that distribution placed at d2t, zero elsewhere, so
+    rejection sampling stays exact."""
+    if request.sampling.greedy:
+        chosen = logits.argmax(dim=-1)  # [n]
+        probs = torch.softmax(logits.float(), dim=-1).gather(1, chosen[:, None])[:, 0]  # [n]
+        return d2t[chosen].tolist(), None, probs.tolist()
+    q = target_probs(logits, request.sampling)  # [n, Vd]
+    chosen = torch.tensor([sample(row, request.generator) for row in q], device=q.device)  # [n]
+    full = q.new_zeros(q.shape[0], vocab_size).index_copy_(1, d2t, q)  # [n, V]
+    return d2t[chosen].tolist(), full, q.gather(1, chosen[:, None])[:, 0].tolist()
+
+
+def cut_after_eos(tokens: list[int], probs: torch.Tensor | None, confidence: list[float], eos_ids: set[int],
+                  wanted: int) -> Draft:
+    """A draft of `tokens` that ends at its first end-of-sequence ("eos" when that cut it short of `wanted`)."""
+    end = next((i + 1 for i, token in enumerate(tokens) if token in eos_ids), len(tokens))
+    stop = "eos" if end < wanted and tokens[end - 1] in eos_ids else None
+    return Draft(tokens[:end], probs[:end] if probs is not None else None, confidence[:end], stop)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
 from backend.lab.analysis import bootstrap_al_ci
 from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
@@ -27,8 +28,8 @@ def suite_acceptance(target: LoadedModel, drafter, draft_lens: tuple[int, ...] =
         per_prompt: dict[str, list[tuple[int, int]]] = {}
         for question in questions:
             prompt = encode_conversation(target.tokenizer, [question.turns[0]], [])
-            steps = [s for s in engine.generate(prompt, drafter, settings).run().steps if s.drafted]
-            per_prompt.setdefault(question.category, []).append((sum(s.accepted for s in steps), len(steps)))
+            stats = acceptance_stats(engine.generate(prompt, drafter, settings).run().steps)
+            per_prompt.setdefault(question.category, []).append((stats.accepted_tokens, stats.drafting_steps))
         for category, counts in sorted(per_prompt.items()):
             al, low, high = bootstrap_al_ci(counts)
             rows.append({"category": category, "draft_len": draft_len, "al": al, "al_ci_low": low, "al_ci_high": high})

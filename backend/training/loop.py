@@ -2,8 +2,9 @@
 warm-up and cosine decay, resumable checkpoints, validation loss, and acceptance measured the only way
 that counts: by running the drafter through the engine on held-out instructions.
 
-A `Mechanism` (mechanisms.py) supplies what differs: a fresh head, its loss, a drafter around it, and
-how it is saved. Knows nothing about any mechanism's layers.
+A trained kind (a module of backend/drafters/, or student.py; listed in kinds.py) supplies what differs
+through the `TrainableKind` interface: a fresh head, its loss, a drafter around it, and how it is saved.
+Knows nothing about any kind's layers.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
+from backend.core.drafter import Drafter
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
-from backend.drafters.trained import TargetParts
+from backend.drafters.trained import TargetParts, TrainBatch
 from backend.lab.prompts import encode_conversation
 from backend.training.corpus import Instruction
 from backend.training.dataset import DistilledData, batches
@@ -55,16 +58,27 @@ class TrainSettings:
         return max(by_steps, seconds / (60 * self.minutes)) if self.minutes else by_steps
 
 
-@dataclass
-class Mechanism:
-    """What one kind of trained drafter brings to the loop."""
+class TrainableKind(Protocol):
+    """What every trained kind's module exposes, the same for all (eagle3, mtp, dflash, dspark, draft-model)."""
 
-    kind: str
-    layers: Callable[[LoadedModel, dict], tuple[int, ...]]  # target hidden states it trains on
-    new_head: Callable[[LoadedModel, dict, torch.Tensor | None], torch.nn.Module]  # (target, settings, counts)
-    loss: Callable[[torch.nn.Module, TargetParts, object], tuple[torch.Tensor, dict]]
-    drafter: Callable[[LoadedModel, torch.nn.Module], object]  # a Drafter around the (trained) head
-    save: Callable[[torch.nn.Module, LoadedModel, Path], None]
+    KIND: str
+
+    def training_layers(self, target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:
+        """The target hidden states (HF numbering) a TrainBatch must carry for a head with these settings."""
+
+    def new_head(self, target: LoadedModel, settings: dict | None = None,
+                 token_counts: torch.Tensor | None = None) -> torch.nn.Module:
+        """A fresh head; token_counts [V] (training answers' token frequencies) choose a reduced vocabulary."""
+
+    def training_loss(self, head: torch.nn.Module, parts: TargetParts, batch: TrainBatch
+                      ) -> tuple[torch.Tensor, dict]:
+        """(loss, metrics) on one batch."""
+
+    def drafter(self, target: LoadedModel, head: torch.nn.Module) -> Drafter:
+        """The Drafter around a head still in memory (validation)."""
+
+    def save(self, head: torch.nn.Module, target: LoadedModel, folder: Path) -> Path:
+        """Write the head where `build_drafter` finds it."""
 
 
 @dataclass
@@ -75,11 +89,11 @@ class TrainReport:
     validation: list[dict] = field(default_factory=list)  # {step, tokens, loss, al}
 
 
-def train(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, train_data: DistilledData,
+def train(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, train_data: DistilledData,
           validation_data: DistilledData, validation: list[Instruction], settings: TrainSettings, out: Path,
           progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None) -> TrainReport:
     """Train `head` for settings.steps steps or settings.minutes, whichever ends first (resuming from
-    out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with mechanism.save,
+    out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with kind.save,
     and return the curves. With a time budget the learning-rate schedule follows elapsed time."""
     parts = TargetParts.of(target)
     for parameter in target.model.parameters():
@@ -97,7 +111,7 @@ def train(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, trai
     head.train()
     done = start_step
     while settings.progress(done, report.seconds) < 1:
-        loss, metrics = mechanism.loss(head, parts, next(data))
+        loss, metrics = kind.training_loss(head, parts, next(data))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -108,7 +122,7 @@ def train(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, trai
         seconds = time.perf_counter() - started
         finished = settings.progress(done, seconds) >= 1
         if done % settings.validate_every == 0 or finished or _timed_validation_due(report, settings, seconds):
-            report.validation.append(validate(mechanism, target, head, parts, validation_data, validation, settings,
+            report.validation.append(validate(kind, target, head, parts, validation_data, validation, settings,
                                               done))
             report.validation[-1]["seconds"] = round(seconds, 1)
             metrics = {**metrics, **report.validation[-1]}
@@ -117,20 +131,20 @@ def train(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, trai
             _checkpoint(out / CHECKPOINT, head, optimizer, schedule, report)
         progress(done, settings.steps, {"loss": float(loss.detach()), **metrics})
         started = time.perf_counter() - report.seconds
-    mechanism.save(head, target, out)
+    kind.save(head, target, out)
     return report
 
 
 @torch.no_grad()
-def validate(mechanism: Mechanism, target: LoadedModel, head: torch.nn.Module, parts: TargetParts,
+def validate(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, parts: TargetParts,
              data: DistilledData, validation: list[Instruction], settings: TrainSettings, step: int) -> dict:
     """Validation loss on cached held-out sequences, and AL of the drafter run through the engine on
     held-out instructions (greedy, D = settings.validation_draft_len)."""
     head.eval()
     held_out = batches(data, settings.window, settings.rows, target.device, target.dtype, epochs=1)
-    losses = [float(mechanism.loss(head, parts, batch)[0]) for batch in islice(held_out, VALIDATION_BATCHES)]
+    losses = [float(kind.training_loss(head, parts, batch)[0]) for batch in islice(held_out, VALIDATION_BATCHES)]
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
-    drafter = mechanism.drafter(target, head)
+    drafter = kind.drafter(target, head)
     run = GenerationSettings(settings.validation_new_tokens, draft_len=settings.validation_draft_len)
     steps = []
     for instruction in validation[: settings.validation_prompts]:

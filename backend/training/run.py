@@ -2,7 +2,7 @@
 train one drafter with a progress bar and ETA, resume from its checkpoint if one exists, and write the
 weights and a model card into the output folder.
 
-Knows nothing about any one mechanism beyond the registry in mechanisms.py.
+Knows nothing about any one kind beyond the TrainableKind interface (loop.py) and the list in kinds.py.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ from backend.core.errors import SpecScopeError
 from backend.training.card import suite_acceptance, write_card
 from backend.training.corpus import build_instructions
 from backend.training.dataset import distil
+from backend.training.kinds import KINDS
 from backend.training.loop import TrainSettings, train
-from backend.training.mechanisms import MECHANISMS
 
 
 def train_command(args: argparse.Namespace, load_target) -> int:
     from tqdm import tqdm
 
-    if args.kind not in MECHANISMS:
-        raise SpecScopeError(f"unknown drafter kind '{args.kind}': choose one of {', '.join(MECHANISMS)}")
+    if args.kind not in KINDS:
+        raise SpecScopeError(f"unknown drafter kind '{args.kind}': choose one of {', '.join(KINDS)}")
     if args.minutes is not None and args.minutes <= 0:
         raise SpecScopeError(f"--minutes must be positive (got {args.minutes:g}); leave it out to train by --tokens")
-    mechanism = MECHANISMS[args.kind]
+    kind = KINDS[args.kind]
     target = load_target(args)
     if target.device.type == "cuda" and args.dtype == "auto":
         target.model.to(torch.bfloat16)
@@ -44,8 +44,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
     instructions = build_instructions()
     validation = [i for i in instructions if i.split == "validation"]
     # the union of what every kind reads, so the cached distillation serves them all
-    layers = tuple(sorted({*mechanism.layers(target, head_settings),
-                           *(layer for m in MECHANISMS.values() for layer in m.layers(target, {}))}))
+    layers = tuple(sorted({*kind.training_layers(target, head_settings),
+                           *(layer for each in KINDS.values() for layer in each.training_layers(target))}))
     started = time.perf_counter()
     with tqdm(desc="distil (train)", unit="tok", file=sys.stderr, dynamic_ncols=True) as bar:
         def progress(done: int, total: int) -> None:
@@ -62,7 +62,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
               f"into {train_data.folder} in {distil_s:.0f} s")
         return 0
     counts = _token_counts(train_data, target.facts.vocab_size)
-    head = mechanism.new_head(target, head_settings, counts)
+    head = kind.new_head(target, head_settings, counts)
     budget_s = 60 * settings.minutes if settings.minutes else None  # a time budget: the bar counts seconds
     with tqdm(total=budget_s or settings.steps, desc=f"train {args.kind}", unit="s" if budget_s else "step",
               file=sys.stderr, dynamic_ncols=True) as bar:
@@ -74,8 +74,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             bar.set_postfix({"step": step, **{k: f"{v:.3g}" for k, v in metrics.items()
                                               if k in ("loss", "validation_loss", "al")}})
 
-        report = train(mechanism, target, head, train_data, validation_data, validation, settings, out, report_step)
-    suite = suite_acceptance(target, mechanism.drafter(target, head.eval()), per_category=args.eval_per_category) \
+        report = train(kind, target, head, train_data, validation_data, validation, settings, out, report_step)
+    suite = suite_acceptance(target, kind.drafter(target, head.eval()), per_category=args.eval_per_category) \
         if args.eval_per_category else None
     write_card(out, args.kind, target, report, settings, head_settings, {
         "corpus": f"{len(instructions)} instructions from Python's language reference topics and standard-library "

@@ -8,7 +8,8 @@ target's layers as they are. Its tied embedding starts as the target's projected
 embedding's top principal directions (E_t = U S V^T, E_s = E_t V_k: the best rank-k fit of the target's
 token geometry); its layers start fresh.
 
-Knows nothing about the engine or the data; the training loop drives it through mechanisms.py.
+Knows nothing about the engine or the data; the training loop drives it through the TrainableKind interface
+(loop.py), like every trained kind.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ class StudentConfig:
                                  "heads, and num_heads into num_kv_heads groups")
 
 
-def new_student(target: LoadedModel, **settings) -> LlamaForCausalLM:
-    """A fresh student for `target`: its vocabulary, special tokens and RoPE base, StudentConfig's shape, the
-    embedding initialised from the target's principal directions."""
-    shape = StudentConfig(**settings)
+def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None
+             ) -> LlamaForCausalLM:
+    """A fresh student for `target`: its vocabulary, special tokens and RoPE base, StudentConfig's shape
+    (`settings`), the embedding initialised from the target's principal directions. A student scores the
+    whole vocabulary, so `token_counts` (which choose the other kinds' reduced vocabularies) do not apply."""
+    shape = StudentConfig(**(settings or {}))
     text = target.model.config.get_text_config(decoder=True)
     rope_theta = (getattr(text, "rope_parameters", None) or {}).get("rope_theta") or getattr(text, "rope_theta", 1e4)
     config = LlamaConfig(
@@ -99,6 +102,6 @@ def save(student: LlamaForCausalLM, target: LoadedModel, out: Path) -> None:
     target.tokenizer.save_pretrained(out)
 
 
-def training_layers(target: LoadedModel) -> tuple[int, ...]:
-    """The student learns from the target's final hidden state only (the soft targets)."""
+def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:
+    """The student learns from the target's final hidden state only (the soft targets), whatever its shape."""
     return (target.facts.num_layers,)

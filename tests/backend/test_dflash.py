@@ -1,6 +1,6 @@
 """DFlash on tiny random Llamas: shapes, one head forward per proposal, the anchored-block mask, the
 training path agreeing with drafting through the engine, learning, the weights folder, and losslessness
-through the engine (greedy and sampling). The helpers here are shared with test_dspark.py."""
+through the engine (greedy and sampling). Shared helpers live in tests/trained.py."""
 
 from __future__ import annotations
 
@@ -11,92 +11,36 @@ import torch
 from safetensors.torch import save_file
 
 from backend.core.drafter import DraftRequest
-from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.core.errors import SpecScopeError
 from backend.core.models import matmul_weights
 from backend.core.verify import SamplingParams
-from backend.drafters import dflash
+from backend.drafters import dflash, head_io
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
 from backend.lab.prompts import encode_conversation
 from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
 from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
 from tests.tiny import tiny_llama, tiny_tokenizer
-
-PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
-GREEDY = SamplingParams()
-
-
-def generate(model, prompt: list[int], new_tokens: int, drafter=None, draft_len: int = 0):
-    engine = SpeculativeEngine(model.model, model.eos_token_ids, model.facts.max_context)
-    return engine.generate(prompt, drafter, GenerationSettings(new_tokens, draft_len=draft_len)).run()
-
-
-def greedy(model, prompt: list[int], new_tokens: int, drafter=None, draft_len: int = 0) -> list[int]:
-    return generate(model, prompt, new_tokens, drafter, draft_len).output_ids
-
-
-@torch.no_grad()
-def batch_of(model, sequences: list[list[int]], scored_from: int = 0) -> TrainBatch:
-    """Equal-length sequences with every hidden state of the target, as the training data carries them."""
-    ids = torch.tensor(sequences)  # [B, T]
-    states = model.model(ids, output_hidden_states=True).hidden_states  # L+1 x [B, T, H]
-    mask = torch.zeros_like(ids, dtype=torch.bool)
-    mask[:, scored_from:] = True
-    return TrainBatch(ids, mask, dict(enumerate(states)))
-
-
-def training_prompts(count: int = 12) -> list[list[int]]:
-    generator = torch.Generator().manual_seed(0)
-    return [torch.randint(4, 64, (8,), generator=generator).tolist() for _ in range(count)]
-
-
-def self_distilled(model, count: int = 12, new_tokens: int = 40) -> TrainBatch:
-    """The target's own greedy continuations of random prompts (EOS ignored, so rows are equally long)."""
-    engine = SpeculativeEngine(model.model, set(), model.facts.max_context)
-    sequences = [p + engine.generate(p, None, GenerationSettings(new_tokens, draft_len=0)).run().output_ids
-                 for p in training_prompts(count)]
-    return batch_of(model, sequences, scored_from=7)
-
-
-def train(module, head, model, batch: TrainBatch, steps: int, lr: float = 3e-3, fixed_anchors: bool = False):
-    torch.manual_seed(0)
-    parts = TargetParts.of(model)
-    optimizer = torch.optim.Adam(head.parameters(), lr=lr)
-    anchors = torch.Generator().manual_seed(0)
-    losses = []
-    for _ in range(steps):
-        if fixed_anchors:
-            anchors.manual_seed(0)
-        loss, metrics = module.training_loss(head, parts, batch, generator=anchors)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(metrics["loss"])
-    return losses
-
-
-def first_draft(drafter, model, prompt: list[int], count: int, sampling: SamplingParams = GREEDY, seed: int = 0):
-    """A fresh session's first proposal, fed the prompt's hidden states as the engine would."""
-    with torch.inference_mode():
-        states = model.model(torch.tensor([prompt[:-1]]), output_hidden_states=True).hidden_states
-    session = drafter.start(prompt, {layer: states[layer][0] for layer in drafter.target_hidden_layers})
-    return session.propose(DraftRequest(prompt, count, sampling, torch.Generator().manual_seed(seed)))
-
-
-def count_calls(module: torch.nn.Module) -> list[int]:
-    calls = [0]
-    module.register_forward_hook(lambda *args: calls.__setitem__(0, calls[0] + 1))
-    return calls
+from tests.trained import (
+    PROMPT,
+    batch_of,
+    check_missing_states_stop_drafting,
+    count_calls,
+    first_draft,
+    generate,
+    greedy,
+    random_prompts,
+    self_distilled,
+    train,
+)
 
 
 @pytest.fixture(scope="module")
 def distilled(tiny) -> TrainBatch:
-    return self_distilled(tiny)
+    return self_distilled(tiny, random_prompts(), 40)
 
 
 @pytest.fixture(scope="module")
 def trained(tiny, distilled):
-    head = dflash.new_head(tiny, block_size=4)
+    head = dflash.new_head(tiny, {"block_size": 4})
     train(dflash, head, tiny, distilled, steps=200)
     return head
 
@@ -111,12 +55,12 @@ def test_layers_spread_over_depth_and_training_needs_the_final_state(tiny):
     assert dflash.training_layers(tiny, {}) == (1, 2, 3, 4)
     assert dflash.training_layers(tiny, {"target_layers": [2]}) == (2, 4)
     config = dflash.DFlashConfig((1, 3), num_layers=2, block_size=5, draft_vocab_size=32)
-    assert dflash.DFlashConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    assert dflash.DFlashConfig.for_target(TargetParts.of(tiny), **json.loads(json.dumps(config.to_dict()))) == config
 
 
 def test_shapes_frozen_borrowed_parts_and_reduced_vocabulary(tiny, distilled):
     d2t = torch.tensor([1, 4, 5, 7, 9, 13, 22, 40])
-    head = dflash.new_head(tiny, d2t=d2t, block_size=3, num_layers=2)
+    head = dflash.new_head(tiny, {"block_size": 3, "num_layers": 2}, d2t=d2t)
     assert head.config.target_layers == (1, 2, 3) and head.config.draft_vocab_size == 8
     embeddings = tiny.model.get_input_embeddings().weight
     assert all(tensor.data_ptr() != embeddings.data_ptr() for tensor in head.state_dict().values())
@@ -165,7 +109,7 @@ def test_blocks_see_only_target_states_before_their_anchor(tiny, distilled):
 def test_the_training_path_drafts_what_the_engine_session_drafts(tiny):
     """Many masked blocks in one training pass give the same logits as the session's incremental drafting
     from the engine's hidden states, anchor by anchor: the rows of the features line up."""
-    head = dflash.new_head(tiny, block_size=4)
+    head = dflash.new_head(tiny, {"block_size": 4})
     seen: list[torch.Tensor] = []
     head.lm_head.register_forward_hook(lambda module, args, out: seen.append(out.detach().clone()))
     result = generate(tiny, PROMPT, 24, dflash.DFlashDrafter(tiny, head), draft_len=4)
@@ -189,7 +133,7 @@ def test_the_training_path_drafts_what_the_engine_session_drafts(tiny):
 
 
 def test_a_few_steps_on_a_fixed_batch_reduce_the_loss(tiny, distilled):
-    head = dflash.new_head(tiny, block_size=4)
+    head = dflash.new_head(tiny, {"block_size": 4})
     losses = train(dflash, head, tiny, distilled, steps=30, fixed_anchors=True)
     assert losses[-1] < 0.5 * losses[0]
     _, metrics = dflash.training_loss(head, TargetParts.of(tiny), distilled)
@@ -208,11 +152,11 @@ def test_position_weights_decay_along_the_block():
 
 def test_save_and_load_give_identical_drafts(tiny, trained, tmp_path):
     drafter = dflash.DFlashDrafter(tiny, trained)
-    exact = dflash.DFlashDrafter.load(dflash.save_head(tmp_path / "fp32", trained, tiny, torch.float32), tiny)
+    exact = dflash.load(head_io.save(trained, tiny, tmp_path / "fp32", torch.float32), tiny)
     assert exact.head.config == trained.config and torch.equal(exact.head.d2t, trained.d2t)
     for name, tensor in trained.state_dict().items():
         assert torch.equal(exact.head.state_dict()[name], tensor), name
-    half = dflash.DFlashDrafter.load(dflash.save_head(tmp_path / "fp16", trained, tiny), tiny)
+    half = dflash.load(dflash.save(trained, tiny, tmp_path / "fp16"), tiny)
     for prompt in (PROMPT, PROMPT[:9]):
         expected = first_draft(drafter, tiny, prompt, 4)
         assert first_draft(exact, tiny, prompt, 4).tokens == expected.tokens
@@ -223,28 +167,28 @@ def test_save_and_load_give_identical_drafts(tiny, trained, tmp_path):
 def test_bad_weights_folders_are_explained(tiny, tmp_path):
     head = dflash.new_head(tiny, d2t=torch.arange(8, 40))
     with pytest.raises(DrafterWeightsError, match="no trained dflash drafter"):
-        dflash.load_head(tmp_path / "nothing", tiny)
-    folder = dflash.save_head(tmp_path / "no-weights", head, tiny)
+        dflash.load(tmp_path / "nothing", tiny)
+    folder = dflash.save(head, tiny, tmp_path / "no-weights")
     (folder / "model.safetensors").unlink()
     with pytest.raises(DrafterWeightsError, match="model.safetensors is missing"):
-        dflash.load_head(folder, tiny)
-    folder = dflash.save_head(tmp_path / "other-kind", head, tiny)
+        dflash.load(folder, tiny)
+    folder = dflash.save(head, tiny, tmp_path / "other-kind")
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "kind": "eagle3"}))
     with pytest.raises(DrafterWeightsError, match="holds a eagle3 drafter"):
-        dflash.load_head(folder, tiny)
-    folder = dflash.save_head(tmp_path / "vocab", head, tiny)
+        dflash.load(folder, tiny)
+    folder = dflash.save(head, tiny, tmp_path / "vocab")
     with pytest.raises(DrafterWeightsError, match="vocabulary 64"):
-        dflash.load_head(folder, tiny_llama(seed=0, vocab_size=80))
+        dflash.load(folder, tiny_llama(seed=0, vocab_size=80))
     save_file({"d2t": torch.tensor([0, 999])}, str(folder / "vocab_map.safetensors"))
     with pytest.raises(DrafterWeightsError, match="outside the target's vocabulary"):
-        dflash.load_head(folder, tiny)
-    folder = dflash.save_head(tmp_path / "shape", head, tiny)
+        dflash.load(folder, tiny)
+    folder = dflash.save(head, tiny, tmp_path / "shape")
     config = json.loads((folder / "config.json").read_text())
     config["settings"]["num_layers"] = 2
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(DrafterWeightsError, match="does not fit a dflash head"):
-        dflash.load_head(folder, tiny)
+    with pytest.raises(DrafterWeightsError, match="does not hold a usable dflash head"):
+        dflash.load(folder, tiny)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,7 +198,7 @@ def test_bad_weights_folders_are_explained(tiny, tmp_path):
 @pytest.mark.parametrize("draft_len", [1, 3, 8])
 @pytest.mark.parametrize("block_size", [8, 2])
 def test_an_untrained_head_is_lossless(tiny, draft_len, block_size):
-    drafter = dflash.DFlashDrafter(tiny, dflash.new_head(tiny, block_size=block_size, d2t=torch.arange(1, 50)))
+    drafter = dflash.DFlashDrafter(tiny, dflash.new_head(tiny, {"block_size": block_size}, d2t=torch.arange(1, 50)))
     result = generate(tiny, PROMPT, 40, drafter, draft_len)
     assert result.output_ids == greedy(tiny, PROMPT, 40)
     if draft_len > block_size:
@@ -263,23 +207,23 @@ def test_an_untrained_head_is_lossless(tiny, draft_len, block_size):
 
 def test_a_trained_head_gets_drafts_accepted(tiny, trained):
     """200 steps on the target's own greedy text: drafts are accepted where an untrained head's are not."""
-    prompt = training_prompts()[0]
+    prompt = random_prompts()[0]
     result = generate(tiny, prompt, 40, dflash.DFlashDrafter(tiny, trained), draft_len=4)
-    untrained = generate(tiny, prompt, 40, dflash.DFlashDrafter(tiny, dflash.new_head(tiny, block_size=4)), 4)
+    untrained = generate(tiny, prompt, 40, dflash.DFlashDrafter(tiny, dflash.new_head(tiny, {"block_size": 4})), 4)
     assert result.output_ids == untrained.output_ids == greedy(tiny, prompt, 40)
     accepted = sum(step.accepted for step in result.steps)
     assert accepted >= 12 and accepted > sum(step.accepted for step in untrained.steps) + 8
 
 
-def test_a_path_without_hidden_states_is_refused(tiny):
+def test_missing_hidden_states_stop_drafting_but_not_decoding(tiny):
+    check_missing_states_stop_drafting(dflash, tiny)
     drafter = dflash.DFlashDrafter(tiny, dflash.new_head(tiny))
-    with pytest.raises(SpecScopeError, match="hidden states"):
-        drafter.start(PROMPT, {})
-    drafter.start(PROMPT[:1], {})  # a one-token prompt has no states yet: fine
+    session = drafter.start(PROMPT[:1], {})  # a one-token prompt has no states yet: it drafts from the anchor
+    assert len(session.propose(DraftRequest(PROMPT[:1], 3, SamplingParams(), torch.Generator())).tokens) == 3
 
 
 def test_the_cost_is_one_pass_spread_over_the_block(tiny):
-    head = dflash.new_head(tiny, block_size=4)
+    head = dflash.new_head(tiny, {"block_size": 4})
     cost = dflash.DFlashDrafter(tiny, head).cost()
     layer = matmul_weights(tiny.model.model.layers[0])
     assert cost.tle_per_token == pytest.approx(matmul_weights(head) / layer / 4)
@@ -293,7 +237,7 @@ def test_sampling_with_the_drafter_matches_the_target(sampling):
     """q is zero outside the reduced vocabulary (here 8 of 12 tokens) and exact inside it."""
     target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
                         tokenizer=tiny_tokenizer(VOCAB))
-    head = dflash.new_head(target, d2t=torch.tensor([0, 2, 4, 5, 6, 7, 8, 11]), block_size=3)
+    head = dflash.new_head(target, {"block_size": 3}, d2t=torch.tensor([0, 2, 4, 5, 6, 7, 8, 11]))
     drafter = dflash.DFlashDrafter(target, head)
     draft = first_draft(drafter, target, SAMPLING_PROMPT, 2, sampling)
     assert draft.probs.shape == (2, VOCAB) and draft.probs[:, [1, 3, 9, 10]].sum() == 0

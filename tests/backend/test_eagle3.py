@@ -1,6 +1,6 @@
 """EAGLE-3 on tiny random Llamas: shapes, the training-time test's masks and its agreement with drafting,
-learning, the weights folder, and losslessness through the engine (greedy and sampling). The helpers
-here are shared with test_mtp.py."""
+learning, the weights folder, and losslessness through the engine (greedy and sampling). The checks
+shared with the other trained kinds live in tests/trained.py."""
 
 from __future__ import annotations
 
@@ -10,73 +10,33 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from backend.core.batch import BatchEngine
-from backend.core.drafter import DraftRequest
-from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams
 from backend.drafters import eagle3, mtp
-from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
+from backend.drafters.feature_chain import unroll
+from backend.drafters.trained import DrafterWeightsError, TargetParts
 from backend.lab.prompts import encode_conversation
-from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
-from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.tiny import tiny_llama, tiny_tokenizer
-
-PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
-
-
-def greedy(model, prompt: list[int], new_tokens: int, drafter=None, draft_len: int = 0) -> list[int]:
-    engine = SpeculativeEngine(model.model, model.eos_token_ids, model.facts.max_context)
-    return engine.generate(prompt, drafter, GenerationSettings(new_tokens, draft_len=draft_len)).run().output_ids
-
-
-@torch.no_grad()
-def batch_of(model, sequences: list[list[int]], scored_from: int = 0) -> TrainBatch:
-    """Equal-length sequences with every hidden state of the target (no_grad tensors: trainable on)."""
-    ids = torch.tensor(sequences)  # [B, T]
-    states = model.model(ids, output_hidden_states=True).hidden_states  # L+1 x [B, T, H]
-    mask = torch.zeros_like(ids, dtype=torch.bool)
-    mask[:, scored_from:-1] = True
-    return TrainBatch(ids, mask, dict(enumerate(states)))
-
-
-def self_distilled(model, count: int = 4, new_tokens: int = 48) -> TrainBatch:
-    """The target's own greedy continuations of a few prompts (it never stops: EOS is ignored)."""
-    engine = SpeculativeEngine(model.model, set(), model.facts.max_context)
-    prompts = [[5 + i, 9 + 2 * i, 13 + i, 22] for i in range(count)]
-    sequences = [p + engine.generate(p, None, GenerationSettings(new_tokens, draft_len=0)).run().output_ids
-                 for p in prompts]
-    return batch_of(model, sequences, scored_from=3)
-
-
-def train(module, head, model, batch: TrainBatch, steps: int, lr: float = 3e-3) -> list[float]:
-    torch.manual_seed(0)
-    parts = TargetParts.of(model)
-    optimizer = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=lr)
-    losses = []
-    head.train()
-    for _ in range(steps):
-        loss, _ = module.training_loss(head, parts, batch)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses
-
-
-def first_draft(drafter, model, prompt: list[int], count: int, sampling: SamplingParams, seed: int = 0):
-    """A fresh session's first proposal, fed the prompt's hidden states as the engine would."""
-    with torch.inference_mode():
-        states = model.model(torch.tensor([prompt[:-1]]), output_hidden_states=True).hidden_states
-    session = drafter.start(prompt, {layer: states[layer][0] for layer in drafter.target_hidden_layers})
-    return session.propose(DraftRequest(prompt, count, sampling, torch.Generator().manual_seed(seed)))
-
-
-def reduced_d2t() -> torch.Tensor:
-    return torch.tensor([1, 4, 5, 7, 9, 11, 13, 22, 30, 40, 41, 50, 63])  # 13 of the 64 tokens, ascending
-
-
-VOCABULARIES = {"whole": None, "reduced": reduced_d2t()}
-
+from tests.tiny import tiny_llama
+from tests.trained import (
+    PROMPT,
+    REDUCED_12,
+    VOCABULARIES,
+    batch_of,
+    check_batched,
+    check_causal,
+    check_learns_to_draft,
+    check_lossless,
+    check_missing_states_stop_drafting,
+    check_round_trip,
+    check_sampling,
+    check_training_matches_drafting,
+    generate,
+    greedy,
+    reduced_d2t,
+    sampling_model,
+    self_distilled,
+    short_prompts,
+    train,
+)
 
 # ---------------------------------------------------------------------------------------------------
 # the head
@@ -101,16 +61,16 @@ def test_new_head_settings_and_errors(tiny):
                                        "lm_head.weight"]
     counts = torch.zeros(64)
     counts[[7, 9, 30]] = torch.tensor([5.0, 3.0, 4.0])
-    assert eagle3.new_head(tiny, token_counts=counts, draft_vocab_size=3).d2t.tolist() == [7, 9, 30]
+    assert eagle3.new_head(tiny, {"draft_vocab_size": 3}, counts).d2t.tolist() == [7, 9, 30]
     for bad in ({"layers": [1, 9]}, {"draft_vocab_size": 65}, {"depth": 2}):
         with pytest.raises(Exception, match="layers|vocabulary|unknown"):
-            eagle3.new_head(tiny, **bad)
+            eagle3.new_head(tiny, bad)
 
 
 def test_shapes_on_a_training_batch(tiny):
     batch = batch_of(tiny, [PROMPT, PROMPT[::-1]])
     head = eagle3.new_head(tiny, d2t=reduced_d2t())
-    outputs = eagle3.unroll(head, batch.input_ids, batch.hidden, steps=3)
+    outputs = unroll(head, batch.input_ids, batch.hidden, steps=3)
     assert [tuple(h.shape) for h in outputs] == [(2, len(PROMPT), 64)] * 3
     assert head.logits(outputs[0]).shape == (2, len(PROMPT), 13)
     loss, metrics = eagle3.training_loss(head, TargetParts.of(tiny), batch, steps=3)
@@ -123,51 +83,13 @@ def test_training_time_test_never_sees_later_positions(tiny):
     check_causal(eagle3, tiny)
 
 
-def check_causal(module, model) -> None:
-    """Row t of step j reads x_0..x_{t+j+1}: changing token k leaves rows t <= k - j - 2 unchanged."""
-    head = module.new_head(model)
-    changed = 9
-    altered = PROMPT[:changed] + [60] + PROMPT[changed + 1:]
-    with torch.no_grad():
-        before = eagle3.unroll(head, *_inputs(batch_of(model, [PROMPT])), steps=3)
-        after = eagle3.unroll(head, *_inputs(batch_of(model, [altered])), steps=3)
-    for j, (old, new) in enumerate(zip(before, after, strict=True)):
-        last_unchanged = changed - j - 2
-        assert torch.allclose(old[0, : last_unchanged + 1], new[0, : last_unchanged + 1], atol=1e-6)
-        assert not torch.allclose(old[0, last_unchanged + 1], new[0, last_unchanged + 1], atol=1e-4)
-
-
-def _inputs(batch: TrainBatch) -> tuple[torch.Tensor, dict]:
-    return batch.input_ids, batch.hidden
-
-
 @pytest.mark.parametrize("vocabulary", ["whole", "reduced"])
 def test_training_computes_exactly_what_drafting_does(tiny, vocabulary):
-    check_training_matches_drafting(eagle3, eagle3.Eagle3Drafter, tiny, VOCABULARIES[vocabulary])
-
-
-def check_training_matches_drafting(module, drafter_class, model, d2t: torch.Tensor | None) -> None:
-    """The draft distributions of a session's first proposal equal the training-time test's at the chain
-    started where the prompt's features end, when the sequence continues with those very drafts: the
-    features, token pairing, RoPE positions and attention of training and drafting are the same."""
-    head = module.new_head(model, d2t=d2t).eval()
-    drafter, sampling = drafter_class(model, head), SamplingParams(temperature=1.0)
-    drafts = (first_draft(drafter, model, PROMPT, 4, sampling, seed) for seed in range(20))
-    draft = next(d for d in drafts if len(d.tokens) == 4)  # one that did not stop at an end-of-sequence
-    assert torch.allclose(draft.probs.sum(-1), torch.ones(4))
-    outside = torch.ones(model.facts.vocab_size, dtype=torch.bool)
-    outside[head.d2t] = False
-    assert not draft.probs[:, outside].any()  # q is zero outside the draft vocabulary
-    with torch.no_grad():
-        outputs = eagle3.unroll(head, *_inputs(batch_of(model, [PROMPT + draft.tokens])), steps=4)
-    chain_start = len(PROMPT) - 2  # the last prompt position with a feature: it pairs with the newest token
-    for j, h in enumerate(outputs):
-        expected = torch.softmax(head.logits(h[0, chain_start]), dim=-1)  # [Vd]
-        assert torch.allclose(draft.probs[j, head.d2t], expected, atol=1e-5)
+    check_training_matches_drafting(eagle3, tiny, VOCABULARIES[vocabulary])
 
 
 def test_a_few_optimizer_steps_reduce_the_loss(tiny):
-    batch = self_distilled(tiny, count=2, new_tokens=24)
+    batch = self_distilled(tiny, short_prompts(2), 24)
     losses = train(eagle3, eagle3.new_head(tiny), tiny, batch, steps=15)
     assert losses[-1] < losses[0] - 0.1
 
@@ -195,29 +117,8 @@ def test_cost_is_one_layer_fc_and_the_reduced_head_in_target_layers(tiny):
 # weights folders
 
 
-def rounded_head(module, model, **settings):
-    """A head whose weights survive fp16 storage exactly, so a round trip must give identical drafts."""
-    head = module.new_head(model, **settings)
-    with torch.no_grad():
-        for parameter in head.parameters():
-            parameter.copy_(parameter.half().float())
-    return head.eval()
-
-
 def test_save_and_load_give_identical_drafts(tiny, tmp_path):
-    check_round_trip(eagle3, eagle3.Eagle3Drafter, tiny, tmp_path)
-
-
-def check_round_trip(module, drafter_class, model, folder) -> None:
-    head = rounded_head(module, model, d2t=reduced_d2t())
-    module.save(head, model, folder)
-    loaded = drafter_class.load(folder, model)
-    assert loaded.head.config == head.config and torch.equal(loaded.head.d2t, head.d2t)
-    for sampling in (SamplingParams(), SamplingParams(temperature=0.8, top_k=20)):
-        want = first_draft(drafter_class(model, head), model, PROMPT, 5, sampling)
-        got = first_draft(loaded, model, PROMPT, 5, sampling)
-        assert got.tokens == want.tokens and got.confidence == want.confidence
-        assert (got.probs is None and want.probs is None) or torch.equal(got.probs, want.probs)
+    check_round_trip(eagle3, tiny, tmp_path)
 
 
 def test_a_whole_vocabulary_head_is_saved_without_a_vocabulary_map(tiny, tmp_path):
@@ -264,70 +165,26 @@ def test_folders_for_another_kind_or_target_are_refused(tiny, tmp_path):
 @pytest.mark.parametrize("draft_len", [1, 3, 8])
 @pytest.mark.parametrize("vocabulary", ["whole", "reduced"])
 def test_untrained_head_is_lossless(tiny, draft_len, vocabulary):
-    check_lossless(eagle3, eagle3.Eagle3Drafter, tiny, draft_len, VOCABULARIES[vocabulary])
-
-
-def check_lossless(module, drafter_class, model, draft_len: int, d2t: torch.Tensor | None) -> None:
-    drafter = drafter_class(model, module.new_head(model, d2t=d2t))
-    result = SpeculativeEngine(model.model, model.eos_token_ids, 512).generate(
-        PROMPT, drafter, GenerationSettings(40, draft_len=draft_len)).run()
-    assert result.output_ids == greedy(model, PROMPT, 40)
-    assert all(step.drafted for step in result.steps[:-1])  # it drafted at every step (the last may have no room)
+    check_lossless(eagle3, tiny, draft_len, VOCABULARIES[vocabulary])
 
 
 def test_batched_rows_are_lossless_and_draft(tiny):
-    check_batched(eagle3, eagle3.Eagle3Drafter, tiny)
-
-
-def check_batched(module, drafter_class, model) -> None:
-    """Each row of a batch keeps its own session fed with its own rows' hidden states."""
-    prompts = [PROMPT, [7, 8], [12], [50, 51, 50, 51, 52]]
-    engine = SpeculativeEngine(model.model, set(), 512)
-    drafter = drafter_class(model, module.new_head(model, d2t=reduced_d2t()))
-    result = BatchEngine(engine).generate(prompts, drafter, GenerationSettings(30, draft_len=3))
-    singles = [engine.generate(p, None, GenerationSettings(30, draft_len=0)).run().output_ids for p in prompts]
-    assert [row.output_ids for row in result.rows] == singles
-    assert all(all(step.drafted for step in row.steps[1:-1]) for row in result.rows)
+    check_batched(eagle3, tiny)
 
 
 def test_a_one_token_prompt_drafts_from_the_second_step(tiny):
     drafter = eagle3.Eagle3Drafter(tiny, eagle3.new_head(tiny))
-    engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, 512)
-    result = engine.generate([5], drafter, GenerationSettings(12, draft_len=3)).run()
+    result = generate(tiny, [5], 12, drafter, draft_len=3)
     assert result.output_ids == greedy(tiny, [5], 12)
     assert result.steps[0].drafted == [] and len(result.steps[1].drafted) == 3
 
 
 def test_missing_hidden_states_stop_drafting_but_not_decoding(tiny):
-    drafter = eagle3.Eagle3Drafter(tiny, eagle3.new_head(tiny))
-    session = drafter.start(PROMPT, {})  # hidden states lost (the prompt had 14 feature rows)
-    draft = session.propose(DraftRequest(PROMPT, 3, SamplingParams(), torch.Generator()))
-    assert draft.tokens == [] and draft.stop_reason == "no-features"
+    check_missing_states_stop_drafting(eagle3, tiny)
 
 
 def test_a_trained_head_gets_drafts_accepted(tiny):
-    check_learns_to_draft(eagle3, eagle3.Eagle3Drafter, tiny)
-
-
-def check_learns_to_draft(module, drafter_class, model) -> None:
-    """~200 steps on the target's own greedy text: only a head fed the right positions' features learns."""
-    head = module.new_head(model)
-    losses = train(module, head, model, self_distilled(model), steps=200)
-    assert losses[-1] < losses[0]
-    prompt = [7, 11, 30, 22]
-    result = SpeculativeEngine(model.model, set(), 512).generate(
-        prompt, drafter_class(model, head.eval()), GenerationSettings(40, draft_len=4)).run()
-    assert result.output_ids == greedy(model, prompt, 40)
-    assert sum(step.accepted for step in result.steps) >= 15  # an untrained head gets about 2
-
-
-def sampling_model():
-    """The target of test_sampling.py: 12 tokens, peaked enough to give a powerful chi-square test."""
-    return tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                      tokenizer=tiny_tokenizer(VOCAB))
-
-
-REDUCED_12 = torch.tensor([2, 4, 5, 6, 7, 9, 11])  # 7 of the sampling target's 12 tokens
+    check_learns_to_draft(eagle3, tiny)
 
 
 @pytest.mark.parametrize("sampling, d2t", [
@@ -335,15 +192,7 @@ REDUCED_12 = torch.tensor([2, 4, 5, 6, 7, 9, 11])  # 7 of the sampling target's 
     (SamplingParams(temperature=0.7, top_k=6, top_p=0.9), None),
 ], ids=["T1-reduced-vocab", "T0.7-topk6-topp0.9"])
 def test_sampling_with_the_drafter_matches_the_target(sampling, d2t):
-    check_sampling(eagle3, eagle3.Eagle3Drafter, sampling_model(), sampling, d2t)
-
-
-def check_sampling(module, drafter_class, model, sampling: SamplingParams, d2t: torch.Tensor | None) -> None:
-    """The joint distribution of the first two tokens, drafts verified by rejection sampling, is the target's."""
-    drafter = drafter_class(model, module.new_head(model, d2t=d2t))
-    assert first_draft(drafter, model, SAMPLING_PROMPT, 2, sampling).probs is not None  # q is real, not one-hot
-    counts = sampled_joint(model, drafter, sampling, draft_len=3)
-    assert goodness_of_fit(counts, exact_joint(model, sampling)) > SIGNIFICANCE
+    check_sampling(eagle3, sampling_model(), sampling, d2t)
 
 
 @pytest.mark.slow

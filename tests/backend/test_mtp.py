@@ -1,6 +1,6 @@
 """The MTP drafter on tiny random Llamas: the module's shape and what it borrows from the target, the
 training-time masks and their agreement with drafting, learning, the weights folder, and losslessness
-through the engine (greedy and sampling). Shared checks live in test_eagle3.py."""
+through the engine (greedy and sampling). Shared checks live in tests/trained.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from safetensors.torch import save_file
 
 from backend.core.verify import SamplingParams
 from backend.drafters import eagle3, mtp
+from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 from backend.lab.prompts import encode_conversation
-from tests.backend.test_eagle3 import (
+from tests.tiny import tiny_llama
+from tests.trained import (
     PROMPT,
     REDUCED_12,
     VOCABULARIES,
@@ -21,6 +23,7 @@ from tests.backend.test_eagle3 import (
     check_causal,
     check_learns_to_draft,
     check_lossless,
+    check_missing_states_stop_drafting,
     check_round_trip,
     check_sampling,
     check_training_matches_drafting,
@@ -28,9 +31,9 @@ from tests.backend.test_eagle3 import (
     reduced_d2t,
     sampling_model,
     self_distilled,
+    short_prompts,
     train,
 )
-from tests.tiny import tiny_llama
 
 
 def test_the_module_borrows_the_targets_embeddings_norm_and_head(tiny):
@@ -40,13 +43,13 @@ def test_the_module_borrows_the_targets_embeddings_norm_and_head(tiny):
     layer = [f"layer.{name}.weight" for name in ("q_proj", "k_proj", "v_proj", "o_proj", "post_attention_norm",
                                                    "gate_proj", "up_proj", "down_proj")]
     assert list(head.state_dict()) == ["embed_norm.weight", "hidden_norm.weight", "proj.weight",
-                                       "input_norm.weight", *layer]
+                                       "layer.input_norm.weight", *layer]
     lm_head = tiny.model.get_output_embeddings().weight
     assert head.head_weight.data_ptr() == lm_head.data_ptr()  # the whole vocabulary: the very same weights
     reduced = mtp.new_head(tiny, d2t=reduced_d2t())
     assert torch.equal(reduced.head_weight, lm_head[reduced_d2t()])
     with pytest.raises(Exception, match="unknown mtp settings: layers"):
-        mtp.new_head(tiny, layers=[1, 2, 3])
+        mtp.new_head(tiny, {"layers": [1, 2, 3]})
 
 
 def test_logits_are_the_targets_head_on_its_final_norm(tiny):
@@ -60,7 +63,7 @@ def test_logits_are_the_targets_head_on_its_final_norm(tiny):
 def test_shapes_and_metrics_on_a_training_batch(tiny):
     batch = batch_of(tiny, [PROMPT, PROMPT[::-1]])
     head = mtp.new_head(tiny)
-    outputs = eagle3.unroll(head, batch.input_ids, batch.hidden, steps=2)
+    outputs = unroll(head, batch.input_ids, batch.hidden, steps=2)
     assert [tuple(h.shape) for h in outputs] == [(2, len(PROMPT), 64)] * 2
     loss, metrics = mtp.training_loss(head, TargetParts.of(tiny), batch, steps=2)
     assert loss.ndim == 0 and torch.isfinite(loss)
@@ -81,11 +84,11 @@ def test_training_time_test_never_sees_later_positions(tiny):
 
 @pytest.mark.parametrize("vocabulary", ["whole", "reduced"])
 def test_training_computes_exactly_what_drafting_does(tiny, vocabulary):
-    check_training_matches_drafting(mtp, mtp.MtpDrafter, tiny, VOCABULARIES[vocabulary])
+    check_training_matches_drafting(mtp, tiny, VOCABULARIES[vocabulary])
 
 
 def test_a_few_optimizer_steps_reduce_the_loss(tiny):
-    losses = train(mtp, mtp.new_head(tiny), tiny, self_distilled(tiny, count=2, new_tokens=24), steps=15)
+    losses = train(mtp, mtp.new_head(tiny), tiny, self_distilled(tiny, short_prompts(2), 24), steps=15)
     assert losses[-1] < losses[0] - 0.1
 
 
@@ -107,7 +110,7 @@ def test_cost_includes_the_shared_head(tiny):
 
 
 def test_save_and_load_give_identical_drafts(tiny, tmp_path):
-    check_round_trip(mtp, mtp.MtpDrafter, tiny, tmp_path)
+    check_round_trip(mtp, tiny, tmp_path)
 
 
 def test_bad_folders_say_what_is_wrong(tiny, tmp_path):
@@ -130,19 +133,38 @@ def test_bad_folders_say_what_is_wrong(tiny, tmp_path):
 @pytest.mark.parametrize("draft_len", [1, 3, 8])
 @pytest.mark.parametrize("vocabulary", ["whole", "reduced"])
 def test_untrained_module_is_lossless(tiny, draft_len, vocabulary):
-    check_lossless(mtp, mtp.MtpDrafter, tiny, draft_len, VOCABULARIES[vocabulary])
+    check_lossless(mtp, tiny, draft_len, VOCABULARIES[vocabulary])
 
 
 def test_batched_rows_are_lossless_and_draft(tiny):
-    check_batched(mtp, mtp.MtpDrafter, tiny)
+    check_batched(mtp, tiny)
+
+
+def test_missing_hidden_states_stop_drafting_but_not_decoding(tiny):
+    check_missing_states_stop_drafting(mtp, tiny)
+
+
+def test_folders_from_before_the_shared_draft_layer_still_load(tiny, tmp_path):
+    """The block's input norm was once saved as `input_norm.weight`; such folders load to the same head."""
+    from safetensors.torch import load_file
+
+    head = mtp.new_head(tiny, d2t=reduced_d2t())
+    with torch.no_grad():
+        head.layer.input_norm.weight.uniform_(0.5, 1.5)
+    mtp.save(head, tiny, tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    state["input_norm.weight"] = state.pop("layer.input_norm.weight")
+    save_file(state, str(tmp_path / "model.safetensors"))
+    loaded = mtp.load(tmp_path, tiny).head
+    assert torch.equal(loaded.layer.input_norm.weight, head.layer.input_norm.weight.half().float())
 
 
 def test_a_trained_module_gets_drafts_accepted(tiny):
-    check_learns_to_draft(mtp, mtp.MtpDrafter, tiny)
+    check_learns_to_draft(mtp, tiny)
 
 
 def test_sampling_with_the_drafter_matches_the_target():
-    check_sampling(mtp, mtp.MtpDrafter, sampling_model(), SamplingParams(temperature=1.0), REDUCED_12)
+    check_sampling(mtp, sampling_model(), SamplingParams(temperature=1.0), REDUCED_12)
 
 
 @pytest.mark.slow

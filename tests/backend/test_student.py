@@ -12,19 +12,18 @@ from transformers import AutoModelForCausalLM
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
-from backend.drafters import build_drafter, trained_folders
+from backend.drafters import build_drafter, eagle3, trained_folders
 from backend.drafters.trained import TargetParts, TrainBatch
 from backend.training import student
 from backend.training.dataset import distil
 from backend.training.loop import TrainReport, TrainSettings, _timed_validation_due, train
-from backend.training.mechanisms import MECHANISMS
 from tests.tiny import tiny_instructions, tiny_llama
 
 SHAPE = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
 
 
 def test_student_embedding_starts_as_the_targets_principal_projection(tiny):
-    fresh = student.new_student(tiny, **SHAPE)
+    fresh = student.new_head(tiny, SHAPE)
     embedding = tiny.model.get_input_embeddings().weight.detach()  # [V, 64]
     projected = fresh.get_input_embeddings().weight.detach()  # [V, 32]
     assert projected.shape == (embedding.shape[0], 32) and fresh.config.tie_word_embeddings
@@ -39,7 +38,7 @@ def test_student_embedding_starts_as_the_targets_principal_projection(tiny):
 
 def test_student_shape_errors_are_clear(tiny):
     with pytest.raises(SpecScopeError, match="must split into num_heads even-sized heads"):
-        student.new_student(tiny, hidden_size=30, num_heads=4)
+        student.new_head(tiny, {"hidden_size": 30, "num_heads": 4})
 
 
 def test_kl_loss_is_zero_for_the_targets_own_distribution_and_positive_otherwise(tiny):
@@ -51,7 +50,7 @@ def test_kl_loss_is_zero_for_the_targets_own_distribution_and_positive_otherwise
     batch = TrainBatch(ids, mask, {parts.num_layers: states[parts.num_layers]})
     own, metrics = student.training_loss(tiny.model, parts, batch)  # the target as its own student
     assert abs(float(own.detach())) < 1e-5 and metrics["top1"] == 1.0
-    other, _ = student.training_loss(student.new_student(tiny, **SHAPE), parts, batch)
+    other, _ = student.training_loss(student.new_head(tiny, SHAPE), parts, batch)
     assert float(other.detach()) > 0.01
 
 
@@ -66,11 +65,10 @@ def distilled(tiny, tmp_path_factory):
 
 
 def test_student_folder_is_an_ordinary_hf_model_found_for_its_target_only(tiny, distilled, tmp_path, monkeypatch):
-    mechanism = MECHANISMS["draft-model"]
     folder = tmp_path / "draft-model-tiny"
     settings = TrainSettings(tokens=20 * 4 * 32, window=32, rows=4, learning_rate=3e-3, warmup_steps=2,
                              validate_every=20, validation_prompts=2, validation_new_tokens=16)
-    train(mechanism, tiny, mechanism.new_head(tiny, SHAPE, None), *distilled, settings, folder)
+    train(student, tiny, student.new_head(tiny, SHAPE), *distilled, settings, folder)
     config = json.loads((folder / "config.json").read_text())
     assert config["specscope_drafter"]["kind"] == "draft-model"
     assert config["specscope_drafter"]["target"]["fingerprint"] == tiny.fingerprint
@@ -92,12 +90,11 @@ def test_student_folder_is_an_ordinary_hf_model_found_for_its_target_only(tiny, 
 
 
 def test_a_time_budget_ends_training_early_and_still_validates_and_saves(tiny, distilled, tmp_path):
-    mechanism = MECHANISMS["eagle3"]
     settings = TrainSettings(tokens=10**9, window=32, rows=4, warmup_steps=2, validate_every=10**6,
                              validation_prompts=1, validation_new_tokens=8, minutes=0.05, timed_validations=2)
-    eagle3_data = distil(tiny, tiny_instructions(64), mechanism.layers(tiny, {}), "train", 24,
+    eagle3_data = distil(tiny, tiny_instructions(64), eagle3.training_layers(tiny), "train", 24,
                          cache_root=tmp_path / "cache")
-    report = train(mechanism, tiny, mechanism.new_head(tiny, {}, None), eagle3_data, eagle3_data, distilled[2],
+    report = train(eagle3, tiny, eagle3.new_head(tiny), eagle3_data, eagle3_data, distilled[2],
                    settings, tmp_path / "out")
     assert 0 < report.steps < settings.steps and report.seconds >= 3.0
     assert report.validation and report.validation[-1]["step"] == report.steps

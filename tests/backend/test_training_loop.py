@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.drafters import DrafterOptions, build_drafter
+from backend.drafters import DrafterOptions, build_drafter, eagle3
 from backend.training.card import write_card
 from backend.training.dataset import distil
+from backend.training.kinds import KINDS
 from backend.training.loop import CHECKPOINT, TrainSettings, train
-from backend.training.mechanisms import MECHANISMS
 from tests.tiny import save_tiny, tiny_instructions
 from tests.workers import ROOT
 
@@ -30,7 +30,7 @@ HEAD_SETTINGS = {"mtp": {},
 def data(tiny, tmp_path_factory):
     root = tmp_path_factory.mktemp("distil")
     instructions = tiny_instructions(64)
-    layers = tuple(sorted({layer for m in MECHANISMS.values() for layer in m.layers(tiny, {})}))
+    layers = tuple(sorted({layer for kind in KINDS.values() for layer in kind.training_layers(tiny)}))
     train_data = distil(tiny, instructions, layers, "train", 24, cache_root=root)
     validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
     validation = [i for i in instructions if i.split == "validation"] or instructions[:2]
@@ -42,18 +42,18 @@ def small_settings(steps: int) -> TrainSettings:
                          validate_every=steps, checkpoint_every=10, validation_prompts=2, validation_new_tokens=16)
 
 
-@pytest.mark.parametrize("kind", sorted(MECHANISMS))
-def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_path, kind):
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_path, name):
     torch.manual_seed(0)
-    mechanism = MECHANISMS[kind]
+    kind = KINDS[name]
     train_data, validation_data, validation = data
-    head = mechanism.new_head(tiny, HEAD_SETTINGS.get(kind, {"draft_vocab_size": 48}), None)
-    report = train(mechanism, tiny, head, train_data, validation_data, validation, small_settings(30), tmp_path)
+    head = kind.new_head(tiny, HEAD_SETTINGS.get(name, {"draft_vocab_size": 48}))
+    report = train(kind, tiny, head, train_data, validation_data, validation, small_settings(30), tmp_path)
     assert report.steps == 30 and report.validation and report.validation[-1]["al"] >= 1.0
     assert math.isfinite(report.validation[-1]["validation_loss"])
     first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
     assert last < first, (first, last)
-    drafter = build_drafter(kind, tiny, DrafterOptions(drafter_path=str(tmp_path)))
+    drafter = build_drafter(name, tiny, DrafterOptions(drafter_path=str(tmp_path)))
     engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, 512)
     prompt = [5, 9, 13, 22, 5, 9, 13, 40]
     plain = engine.generate(prompt, None, GenerationSettings(24, draft_len=0)).run().output_ids
@@ -61,15 +61,12 @@ def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_
 
 
 def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
-    mechanism = MECHANISMS["eagle3"]
     train_data, validation_data, validation = data
     settings = small_settings(20)
-    first = train(mechanism, tiny, mechanism.new_head(tiny, {}, None), train_data, validation_data, validation,
-                  settings, tmp_path)
+    first = train(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, settings, tmp_path)
     assert (tmp_path / CHECKPOINT).is_file()
     longer = TrainSettings(**{**settings.__dict__, "tokens": settings.tokens * 2})
-    resumed = train(mechanism, tiny, mechanism.new_head(tiny, {}, None), train_data, validation_data, validation,
-                    longer, tmp_path)
+    resumed = train(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, longer, tmp_path)
     assert resumed.steps == 40 and resumed.train_loss[:20] == first.train_loss  # the first 20 were not redone
     card = write_card(tmp_path, "eagle3", tiny, resumed, longer, {}, {
         "corpus": "test", "train_sequence_tokens": 1, "validation_sequence_tokens": 1, "distil_seconds": 0,
@@ -131,11 +128,9 @@ def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_pa
     from backend.drafters import trained_folders
     from tests.tiny import tiny_llama
 
-    mechanism = MECHANISMS["eagle3"]
     train_data, validation_data, validation = data
     folder = tmp_path / "eagle3-tiny"
-    train(mechanism, tiny, mechanism.new_head(tiny, {}, None), train_data, validation_data, validation,
-          small_settings(2), folder)
+    train(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, small_settings(2), folder)
     assert trained_folders(tiny, tmp_path) == {"eagle3": folder}
     assert trained_folders(tiny_llama(seed=1), tmp_path) == {}  # another target's fingerprint
     assert build_drafter("eagle3", tiny, DrafterOptions(drafter_path=str(folder))).name == "eagle3"
