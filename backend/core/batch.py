@@ -112,11 +112,11 @@ class BatchEngine:
         logits = result.logits  # [B, K+1, V]
         verdicts = [sequence.verify(logits[i, : len(step.drafted) + 1], step)
                     for i, (sequence, step) in enumerate(zip(rows, pending, strict=True))]
-        cache.accept([verdict.accepted + 1 for verdict, _ in verdicts])
+        cache.accept([verdict.accepted + 1 for verdict in verdicts])
         verify_s = engine.clock() - started
-        for i, (sequence, step, (verdict, probs)) in enumerate(zip(rows, pending, verdicts, strict=True)):
+        for i, (sequence, step, verdict) in enumerate(zip(rows, pending, verdicts, strict=True)):
             hidden = {layer: result.hidden[layer][i, : verdict.accepted + 1] for layer in hidden_layers}
-            shown = sequence.shown_probs(logits[i, : len(step.drafted) + 1], probs)
+            shown = sequence.shown_probs(logits[i, : len(step.drafted) + 1], verdict)
             sequence.commit(step, verdict, shown, verify_s, hidden)
 
     @staticmethod

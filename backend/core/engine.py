@@ -4,7 +4,7 @@
     each step:
         d_1..d_D = drafter.propose(committed tokens)              (D from the draft-length policy)
         logits   = target([x, d_1..d_D])                          one forward pass, [D+1, V]
-        a, t     = verify(logits, drafts)                         backend/core/verify.py
+        a, t     = verify(logits, drafts, q, sampling)            backend/core/verify.py
         commit d_1..d_a, t;  keep the cache up to d_a;  x = t
 
 How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
@@ -30,7 +30,7 @@ from backend.core.drafter import Draft, Drafter, DraftRequest, DraftSession, Ste
 from backend.core.errors import SpecScopeError
 from backend.core.policy import DraftLengthPolicy, make_policy
 from backend.core.target_passes import target_passes
-from backend.core.verify import SamplingParams, Verdict, greedy_verify, rejection_verify, replay_verify, target_probs
+from backend.core.verify import SamplingParams, Verdict, target_probs, verify
 
 
 @dataclass
@@ -127,26 +127,20 @@ class Sequence:
                     draft = session.propose(DraftRequest(committed, verified, sampling, self.generator))
         return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started)
 
-    def verify(self, logits: torch.Tensor, pending: PendingStep) -> tuple[Verdict, torch.Tensor | None]:
+    def verify(self, logits: torch.Tensor, pending: PendingStep) -> Verdict:
         """The acceptance rule on this sequence's slice of a verification pass.
-        logits: [k+1, V] for [newest token, d_1..d_k]. Returns the verdict and, when sampling, the
-        processed target distribution the rule used ([k+1, V]; None when greedy)."""
-        sampling, drafted = self.settings.sampling, pending.drafted
-        if self.reference is not None:
-            return replay_verify(self.reference[len(self.output_ids):], drafted), None
-        drafted_tensor = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [k]
-        if sampling.greedy:
-            return greedy_verify(logits, drafted_tensor), None
-        probs = target_probs(logits, sampling)  # [k+1, V]
-        draft_probs = pending.draft.probs[: len(drafted)] if pending.draft.probs is not None else None
-        return rejection_verify(probs, drafted_tensor, draft_probs, self.generator), probs
+        logits: [k+1, V] for [newest token, d_1..d_k]."""
+        drafted, draft_probs = pending.drafted, pending.draft.probs
+        replay = self.reference[len(self.output_ids):] if self.reference is not None else None
+        return verify(logits, drafted, draft_probs[: len(drafted)] if draft_probs is not None else None,
+                      self.settings.sampling, replay, self.generator)
 
-    def shown_probs(self, logits: torch.Tensor, probs: torch.Tensor | None) -> torch.Tensor:
+    def shown_probs(self, logits: torch.Tensor, verdict: Verdict) -> torch.Tensor:
         """The probabilities shown on hover, [k+1, V]: what sampling used, or softmax at T=1 when greedy.
         Display only: callers compute it after the timed verification."""
         sampling = self.settings.sampling
-        if probs is not None:
-            return probs
+        if verdict.probs is not None:
+            return verdict.probs
         return torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)
 
     def commit(self, pending: PendingStep, verdict: Verdict, shown: torch.Tensor, verify_s: float,
@@ -154,6 +148,8 @@ class Sequence:
         """Append what the step kept, apply the stop rules, tell the policy and the drafter."""
         drafted, draft = pending.drafted, pending.draft
         new_tokens = [*drafted[: verdict.accepted], verdict.token]
+        # p_{i-1}(d_i) for each draft, then p_a(token): one read of k+1 values
+        shown_of = shown[[*range(len(drafted)), verdict.accepted], [*drafted, verdict.token]].tolist()
         emitted, finish = self._cut_at_stops(new_tokens)
         first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
         self.policy.observe(len(drafted), verdict.accepted, pending.draft_s + verify_s, draft.evidence,
@@ -163,10 +159,10 @@ class Sequence:
             draft_len=pending.cap,
             drafted=drafted,
             draft_probs=draft.confidence[: len(drafted)] if draft.confidence is not None else None,
-            target_probs=[float(shown[i, token]) for i, token in enumerate(drafted)],
+            target_probs=shown_of[:-1],
             accepted=verdict.accepted,
             target_token=verdict.token,
-            target_token_prob=float(shown[verdict.accepted, verdict.token]),
+            target_token_prob=shown_of[-1],
             emitted=emitted,
             draft_s=pending.draft_s,
             verify_s=verify_s,
@@ -232,10 +228,10 @@ class Generation:
                 started = engine.clock()
                 committed = len(sequence.committed)
                 result = passes.forward([sequence.committed[-1], *pending.drafted], cache, bool(hidden_layers))
-                verdict, probs = sequence.verify(result.logits, pending)
+                verdict = sequence.verify(result.logits, pending)
                 passes.keep(cache, committed + verdict.accepted)
                 verify_s = engine.clock() - started
-                shown = sequence.shown_probs(result.logits, probs)
+                shown = sequence.shown_probs(result.logits, verdict)
                 hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
                 event = sequence.commit(pending, verdict, shown, verify_s, hidden)
                 self.decode_s += event.draft_s + event.verify_s

@@ -5,14 +5,19 @@ giving distributions p_0 .. p_D, where p_{i-1} is the target's distribution for 
 and p_D the one after the last draft. q_i is the draft's distribution when it proposed d_i.
 
 Both rules keep the output distribution exactly the target's: greedy acceptance reproduces greedy
-decoding token for token, and rejection sampling reproduces sampling from p.
+decoding token for token, and rejection sampling reproduces sampling from p. `verify` is the one entry
+point the engine and the batch call; it picks replay, greedy or rejection sampling for a step.
+
+Each rule tests all D drafts at once on the device and reads the result back in one host sync (the
+accepted count and the target's token together), so a step's verification does not wait on the
+device once per draft.
 
 This module knows nothing about models, caches or drafters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -44,6 +49,9 @@ class SamplingParams:
 class Verdict:
     accepted: int  # how many leading drafts the target kept
     token: int  # the target's own token: the bonus when all were kept, else the correction
+    # [D+1, V] the processed target distributions rejection sampling used (None for greedy and replay),
+    # kept so the display does not compute them again
+    probs: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -66,6 +74,30 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
+def verify(
+    logits: torch.Tensor,
+    drafted: list[int],
+    draft_probs: torch.Tensor | None,
+    params: SamplingParams,
+    replay: list[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> Verdict:
+    """One step's acceptance: replay against `replay` (the target rollout from here on) when given,
+    else greedy acceptance at temperature 0, else rejection sampling with `generator`.
+
+    logits: [D+1, V] the target's raw logits for [x, d_1 .. d_D]; draft_probs: [D, V] q, or None for a
+    deterministic drafter.
+    """
+    if replay is not None:
+        return replay_verify(replay, drafted)
+    drafts = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [D]
+    if params.greedy:
+        return greedy_verify(logits, drafts)
+    if generator is None:
+        raise ValueError("rejection sampling needs the request's generator")
+    return rejection_verify(target_probs(logits, params), drafts, draft_probs, generator)
+
+
 def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict:
     """Keep drafts while each equals the target's argmax; then emit the target's argmax.
 
@@ -73,9 +105,10 @@ def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict
     target_logits: [D+1, V]; drafted: [D] long.
     """
     best = target_logits.argmax(dim=-1)  # [D+1]
-    matches = (drafted == best[: drafted.shape[0]]).int()  # [D]
-    accepted = int(matches.cumprod(dim=0).sum())
-    return Verdict(accepted, int(best[accepted]))
+    matches = (drafted == best[: drafted.shape[0]]).long()  # [D]
+    accepted = matches.cumprod(dim=0).sum().view(1)  # [1] a
+    accepted_count, token = torch.cat([accepted, best.index_select(0, accepted)]).tolist()
+    return Verdict(accepted_count, token)
 
 
 def replay_verify(reference: list[int], drafted: list[int]) -> Verdict:
@@ -96,31 +129,58 @@ def rejection_verify(
     draft_probs: torch.Tensor | None,
     generator: torch.Generator,
 ) -> Verdict:
-    """Speculative sampling: accept d_i with probability min(1, p(d_i) / q(d_i)); at the first
+    """Speculative sampling: accept d_i with probability min(1, p_{i-1}(d_i) / q_i(d_i)); at the first
     rejection sample the correction from the residual norm(max(0, p - q)); if every draft is
     accepted sample the bonus from p_D.
+
+    All D tests at once: u_1 .. u_D ~ U(0, 1), a = the number of leading i with u_i < p_{i-1}(d_i) /
+    q_i(d_i); token ~ norm(max(0, p_a - q_{a+1})) with q_{D+1} = 0, so the bonus comes from p_D. The
+    draws are those of testing the drafts one at a time: D uniforms, then one for the token (`draw`).
 
     probs: [D+1, V] target distributions; drafted: [D] long; draft_probs: [D, V], or None for a
     deterministic drafter, whose q is one-hot on d_i (accept with probability p(d_i), residual = p
     with d_i removed).
     """
     num_drafts = drafted.shape[0]
-    if draft_probs is None:
-        draft_probs = torch.nn.functional.one_hot(drafted, probs.shape[-1]).to(probs.dtype)  # [D, V]
-    rows = torch.arange(num_drafts, device=drafted.device)
+    if num_drafts == 0:  # a plain sampling step
+        return Verdict(0, int(draw(probs[0], generator)), probs)
+    rows = torch.arange(num_drafts, device=drafted.device)  # [D]
     p_of_draft = probs[rows, drafted]  # [D]
-    q_of_draft = draft_probs[rows, drafted]  # [D]
-    uniforms = torch.rand(num_drafts, generator=generator, device=generator.device).to(probs.device)
-    for i in range(num_drafts):
-        # accept iff u < p/q, i.e. u * q < p (no division: q may be tiny)
-        if not uniforms[i] * q_of_draft[i] < p_of_draft[i]:
-            residual = torch.clamp(probs[i] - draft_probs[i], min=0.0)  # [V]
-            if residual.sum() <= 0:  # p == q exactly, so a rejection had probability 0; fall back to p
-                residual = probs[i]
-            return Verdict(i, sample(residual, generator))
-    return Verdict(num_drafts, sample(probs[num_drafts], generator))
+    q_of_draft = draft_probs[rows, drafted] if draft_probs is not None else torch.ones_like(p_of_draft)  # [D]
+    uniforms = torch.rand(num_drafts, generator=generator, device=generator.device).to(probs.device)  # [D]
+    passed = uniforms * q_of_draft < p_of_draft  # [D]: u < p/q without dividing (q may be tiny)
+    accepted = passed.long().cumprod(dim=0).sum().view(1)  # [1] a
+    p_a = probs.index_select(0, accepted)[0]  # [V]
+    residual = torch.clamp(p_a - _next_draft_row(draft_probs, drafted, accepted, p_a), min=0.0)  # [V]
+    # p == q exactly leaves no residual: a rejection there had probability 0; fall back to p
+    residual = residual + p_a * (residual.sum() <= 0)  # [V]
+    token = draw(residual, generator).to(accepted.device)  # [1]
+    accepted_count, token_id = torch.cat([accepted, token]).tolist()
+    return Verdict(accepted_count, token_id, probs)
+
+
+def _next_draft_row(draft_probs: torch.Tensor | None, drafted: torch.Tensor, accepted: torch.Tensor,
+                    p_a: torch.Tensor) -> torch.Tensor:
+    """q_{a+1} as a [V] row: the draft distribution of the first rejected draft (one-hot on d_{a+1} for a
+    deterministic drafter), or zeros when all D were accepted. accepted: [1] a, 0 <= a <= D, D >= 1."""
+    num_drafts = drafted.shape[0]
+    present = (accepted < num_drafts).to(p_a.dtype)  # [1]: 0 when there is no draft at slot a
+    slot = accepted.clamp(max=num_drafts - 1)  # [1]
+    if draft_probs is None:
+        return torch.zeros_like(p_a).scatter_(0, drafted.index_select(0, slot), present)  # [V]
+    return draft_probs.index_select(0, slot)[0] * present  # [V]
+
+
+def draw(weights: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw from unnormalised non-negative weights [V] (positive total), left on the generator's
+    device as a [1] tensor: the inverse CDF at one uniform, t = min{i : W_i > u * W_V} with W the
+    running sum in float64, so a zero weight is never drawn. One uniform instead of V exponentials
+    (torch.multinomial's way), which on a CPU is most of the cost of drawing from a 49k vocabulary."""
+    cumulative = weights.to(generator.device, torch.float64).cumsum(dim=-1)  # [V]
+    u = torch.rand(1, generator=generator, device=generator.device, dtype=torch.float64)  # [1]
+    return torch.searchsorted(cumulative, u * cumulative[-1:], right=True).clamp_(max=weights.shape[-1] - 1)
 
 
 def sample(weights: torch.Tensor, generator: torch.Generator) -> int:
-    """One draw from unnormalised non-negative weights [V]."""
+    """One draw from unnormalised non-negative weights [V], by torch.multinomial (the drafters' draw)."""
     return int(torch.multinomial(weights.to(generator.device), 1, generator=generator))

@@ -99,7 +99,7 @@ def test_sampling_on_the_compiled_engine_matches_the_target(pair, sampling):
 
 def test_the_sampling_check_still_catches_a_broken_rule_when_compiled(pair, monkeypatch):
     target, draft = pair
-    monkeypatch.setattr("backend.core.engine.rejection_verify", accept_all)
+    monkeypatch.setattr("backend.core.verify.rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3, compile="on")
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6

@@ -10,6 +10,7 @@ from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
 from backend.core.kv import cached_forward, new_cache, trim_cache
+from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions, build_drafter
 from backend.drafters.draft_model import DraftModelDrafter
 from tests.drafters import EVERY_DRAFTER, registered_drafter
@@ -106,6 +107,20 @@ def test_cache_trimming_at_every_acceptance_count(tiny, draft_len):
     result = engine.generate(PROMPT, drafter, GenerationSettings(100, draft_len=draft_len)).run()
     assert [step.accepted for step in result.steps][: len(counts)] == counts
     assert result.output_ids == reference
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)], ids=["greedy", "T1"])
+def test_replaying_a_recorded_run_reproduces_it(tiny, tiny_other, sampling):
+    """Replay against a run's own output gives back its text; against a greedy run the drafts and
+    acceptances of every step too (greedy acceptance and replay agree on the target's rollout)."""
+    engine = engine_for(tiny)
+    recorded = engine.generate(PROMPT, DraftModelDrafter(tiny, tiny_other),
+                               GenerationSettings(24, draft_len=3, sampling=sampling)).run()
+    replayed = engine.generate(PROMPT, DraftModelDrafter(tiny, tiny_other), GenerationSettings(24, draft_len=3),
+                               reference=recorded.output_ids).run()
+    assert replayed.output_ids == recorded.output_ids
+    if sampling.greedy:
+        assert [(s.drafted, s.accepted) for s in replayed.steps] == [(s.drafted, s.accepted) for s in recorded.steps]
 
 
 def test_trim_cache_keeps_exactly_the_prefix(tiny):

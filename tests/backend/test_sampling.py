@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import backend.core.engine
+import backend.core.verify
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams, Verdict, target_probs
 from backend.drafters.draft_model import DraftModelDrafter
@@ -90,7 +90,7 @@ def accept_all(probs, drafted, draft_probs, generator) -> Verdict:
 
 def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):
     target, draft = pair
-    monkeypatch.setattr(backend.core.engine, "rejection_verify", accept_all)
+    monkeypatch.setattr(backend.core.verify, "rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, 3, samples=REGISTRY_SAMPLES)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6

@@ -1,11 +1,21 @@
-"""The acceptance rules: hand-worked greedy cases, and the rejection-sampling law checked exactly."""
+"""The acceptance rules: hand-worked greedy cases, the rejection-sampling law checked exactly, the
+vectorised rule against a one-draft-at-a-time loop, and the `verify` entry point's choice of rule."""
 
 import pytest
 import torch
 from scipy.stats import chisquare
 
 from backend.core.errors import SpecScopeError
-from backend.core.verify import SamplingParams, greedy_verify, rejection_verify, target_probs
+from backend.core.verify import (
+    SamplingParams,
+    Verdict,
+    draw,
+    greedy_verify,
+    rejection_verify,
+    replay_verify,
+    target_probs,
+    verify,
+)
 
 
 def logits_with_argmax(best: list[int], vocab: int = 6) -> torch.Tensor:
@@ -91,3 +101,86 @@ def test_accepting_every_draft_is_caught_by_the_same_test():
     draws = 20_000
     counts = torch.bincount(torch.multinomial(q, draws, replacement=True, generator=generator), minlength=6)
     assert chisquare(counts.numpy(), (p * draws).numpy()).pvalue < 1e-6
+
+
+def rejection_loop(probs, drafted, draft_probs, generator) -> tuple[int, int]:
+    """The textbook rule, one draft at a time (Leviathan et al. Algorithm 1), on the same draws: D
+    uniforms, then one draw of the correction or the bonus."""
+    uniforms = torch.rand(len(drafted), generator=generator)
+    for i, token in enumerate(drafted.tolist()):
+        q = draft_probs[i] if draft_probs is not None else torch.nn.functional.one_hot(drafted[i], probs.shape[-1])
+        if not uniforms[i] < probs[i, token] / q[token]:
+            residual = torch.clamp(probs[i] - q, min=0.0)
+            if residual.sum() <= 0:
+                residual = probs[i]
+            return i, int(draw(residual, generator))
+    return len(drafted), int(draw(probs[len(drafted)], generator))
+
+
+@pytest.mark.parametrize("one_hot_draft", [False, True])
+def test_vectorised_rejection_equals_the_loop_under_the_same_draws(one_hot_draft):
+    """Same accepted count and token as the loop for seeded draws, over D = 1..8, drafts sampled from
+    q (so both acceptances and rejections occur) and targets that rule some tokens out."""
+    cases = torch.Generator().manual_seed(3)
+    seen_accepted, seen_bonus = set(), set()
+    for case in range(200):
+        num_drafts, vocab = 1 + case % 8, 5 + case % 7
+        sharpness = 6.0 if case % 2 else 2.0  # sharp targets with a close q accept long runs
+        probs = torch.softmax(sharpness * torch.randn(num_drafts + 1, vocab, generator=cases), dim=-1)  # [D+1, V]
+        if case % 3 == 0:
+            probs[:, :2] = 0.0
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+        draft_probs = torch.softmax(2 * torch.randn(num_drafts, vocab, generator=cases), dim=-1)  # [D, V]
+        if case % 2:
+            draft_probs = 0.9 * probs[:num_drafts] + 0.1 * draft_probs
+        drafted = torch.multinomial(draft_probs, 1, generator=cases)[:, 0]  # [D]
+        q = None if one_hot_draft else draft_probs
+        loop_rng, vector_rng = torch.Generator().manual_seed(case), torch.Generator().manual_seed(case)
+        expected = rejection_loop(probs, drafted, q, loop_rng)
+        verdict = rejection_verify(probs, drafted, q, vector_rng)
+        assert (verdict.accepted, verdict.token) == expected, case
+        assert torch.equal(loop_rng.get_state(), vector_rng.get_state())  # the same random numbers consumed
+        seen_accepted.add(verdict.accepted)
+        seen_bonus.add(verdict.accepted == num_drafts)
+    assert seen_bonus == {False, True} and len(seen_accepted) >= 6  # corrections and bonuses, short and long runs
+
+
+def test_draw_follows_the_weights_and_never_draws_a_zero_weight():
+    generator = torch.Generator().manual_seed(2)
+    for weights in ([0.0, 0.0, 3.0], [2.0, 0.0, 0.0], [0.0, 1e-30, 0.0, 0.0]):
+        assert {int(draw(torch.tensor(weights), generator)) for _ in range(50)} == {weights.index(max(weights))}
+    weights = torch.tensor([4.0, 0.0, 3.0, 2.0, 1.0])
+    counts = torch.bincount(torch.cat([draw(weights, generator) for _ in range(10_000)]), minlength=5)  # [5]
+    drawable = weights > 0
+    assert counts[1] == 0 and chisquare(counts[drawable].numpy(), (weights[drawable] * 1000).numpy()).pvalue > 0.001
+
+
+def test_rejection_without_drafts_samples_from_p0():
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.tensor([[0.0, 0.0, 1.0]])
+    assert {rejection_verify(probs, torch.tensor([], dtype=torch.long), None, generator).token
+            for _ in range(20)} == {2}
+
+
+def test_verify_dispatches_greedy_sampling_and_replay():
+    logits = logits_with_argmax([3, 4, 5, 1])  # [4, 6]
+    drafted = [3, 4, 0]
+    draft_probs = torch.softmax(torch.randn(3, 6, generator=torch.Generator().manual_seed(0)), dim=-1)
+    greedy = verify(logits, drafted, draft_probs, SamplingParams())
+    assert (greedy.accepted, greedy.token, greedy.probs) == (2, 5, None)
+
+    sampling = SamplingParams(temperature=0.8, top_k=4)
+    sampled = verify(logits, drafted, draft_probs, sampling, generator=torch.Generator().manual_seed(7))
+    direct = rejection_verify(target_probs(logits, sampling), torch.tensor(drafted), draft_probs,
+                              torch.Generator().manual_seed(7))
+    assert (sampled.accepted, sampled.token) == (direct.accepted, direct.token)
+    assert torch.equal(sampled.probs, target_probs(logits, sampling))  # what the display reuses
+
+    for params in (SamplingParams(), sampling):  # a rollout wins over either rule and needs no generator
+        replayed = verify(logits, drafted, draft_probs, params, replay=[3, 9, 9, 9])
+        assert replayed == replay_verify([3, 9, 9, 9], drafted) == Verdict(1, 9)
+
+
+def test_verify_refuses_sampling_without_a_generator():
+    with pytest.raises(ValueError, match="generator"):
+        verify(logits_with_argmax([3, 4]), [3], None, SamplingParams(temperature=1.0))
