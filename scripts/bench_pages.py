@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.lab.store import RunStore  # noqa: E402
-from tests.workers import WorkerProcess, free_port  # noqa: E402
+from tests.helpers.workers import WorkerProcess, free_port  # noqa: E402
 
 PAGES = {"pages/acceptance.py": ("Acceptance", "AL vs D"), "pages/pareto.py": ("Pareto", "Throughput vs interactivity"),
          "pages/codesign.py": ("Co-design", "Co-design: choosing D"), "pages/history.py": ("History", "Run history")}

@@ -112,7 +112,7 @@ def cuda_training() -> dict:
     from backend.drafters import eagle3
     from backend.training.dataset import distil
     from backend.training.loop import TrainSettings, train
-    from tests.tiny import tiny_instructions, tiny_llama
+    from tests.helpers.tiny import tiny_instructions, tiny_llama
 
     tiny = tiny_llama()
     tiny.model.to("cuda", torch.bfloat16)

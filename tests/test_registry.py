@@ -1,6 +1,6 @@
 """The drafter registry is the one source of every surface: CLI flags, the worker's request model and
 `/models`, the dashboard's drafter list (tests/pages/test_registry_surfaces.py) and the losslessness
-tests (tests/drafters.py). The last test adds the README's example drafter to a copy of the tree, one
+tests (tests/helpers/drafters.py). The last test adds the README's example drafter to a copy of the tree, one
 file and one registry line, and runs those surfaces' tests on it there."""
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def test_adding_a_drafter_is_one_file_and_one_registry_line(tmp_path):
     assert text.count('    "dspark",\n') == 1
     registry.write_text(text.replace('    "dspark",\n', '    "dspark",\n    "bigram",\n'))  # the one line
 
-    tests = ["tests/test_registry.py", "tests/pages/test_registry_surfaces.py", "tests/backend/test_engine.py",
-             "tests/backend/test_batch.py", "tests/backend/test_sampling.py"]
+    tests = ["tests/test_registry.py", "tests/pages/test_registry_surfaces.py", "tests/backend/core/test_engine.py",
+             "tests/backend/core/test_batch.py", "tests/backend/core/test_sampling.py"]
     chosen = "(bigram or every_drafter_and_option or surfaces) and not compiled and not one_file"
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, "-k", chosen],
                             cwd=tmp_path, capture_output=True, text=True, timeout=1200)

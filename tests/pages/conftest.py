@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend.serving.client import WorkerClient
-from tests.tiny import save_tiny
-from tests.workers import WorkerProcess
+from tests.helpers.tiny import save_tiny
+from tests.helpers.workers import WorkerProcess
 
 
 @pytest.fixture(scope="session")

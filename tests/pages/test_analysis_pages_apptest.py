@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from tests.tiny import save_tiny
-from tests.workers import ROOT, WorkerProcess
+from tests.helpers.tiny import save_tiny
+from tests.helpers.workers import ROOT, WorkerProcess
 
 
 def page(path: str) -> AppTest:

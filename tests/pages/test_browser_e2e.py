@@ -22,7 +22,7 @@ import pytest
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite
 from backend.serving.client import WorkerClient
-from tests.workers import ROOT, WorkerProcess, free_port
+from tests.helpers.workers import ROOT, WorkerProcess, free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = ROOT / "artifacts" / "screenshots"

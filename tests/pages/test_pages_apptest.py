@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.workers import ROOT
+from tests.helpers.workers import ROOT
 
 TIMEOUT = 120
 PROMPT = "w5 w9 w13 w5 w9 w13 w22 w5 w9"

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from backend.drafters import REGISTRY
 from backend.serving.client import WorkerClient
-from tests.workers import ROOT
+from tests.helpers.workers import ROOT
 
 
 def test_surfaces_offer_every_registered_drafter(worker_env):

@@ -13,8 +13,8 @@ import pytest
 from backend.core.metrics import AcceptanceCounter
 from backend.lab.analysis import acceptance_groups
 from backend.lab.store import MIGRATIONS, RunStore
-from tests.tiny import save_tiny
-from tests.workers import WorkerProcess
+from tests.helpers.tiny import save_tiny
+from tests.helpers.workers import WorkerProcess
 
 
 def run_row(run_id: str, **extra) -> dict:

@@ -6,7 +6,7 @@ import pytest
 
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
-from tests.tiny import tiny_tokenizer
+from tests.helpers.tiny import tiny_tokenizer
 
 REQUIRED = {"coding", "code_editing", "summarization", "rag", "translation", "qa", "math", "writing", "multi_turn"}
 

@@ -17,9 +17,9 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import TargetParts, TrainBatch
-from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
-from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
+from tests.helpers.sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
+from tests.helpers.tiny import tiny_llama, tiny_tokenizer
 
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
 GREEDY = SamplingParams()

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from backend.cli.main import main
-from tests.tiny import save_tiny
+from tests.helpers.tiny import save_tiny
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:

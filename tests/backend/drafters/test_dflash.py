@@ -1,6 +1,6 @@
 """DFlash on tiny random Llamas: shapes, one head forward per proposal, the anchored-block mask, the
 training path agreeing with drafting through the engine, learning, the weights folder, and losslessness
-through the engine (greedy and sampling). Shared helpers live in tests/trained.py."""
+through the engine (greedy and sampling). Shared helpers live in tests/helpers/trained.py."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from backend.core.verify import SamplingParams
 from backend.drafters import dflash, head_io
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
 from backend.lab.prompts import encode_conversation
-from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
-from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.tiny import tiny_llama, tiny_tokenizer
-from tests.trained import (
+from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
+from tests.helpers.sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
+from tests.helpers.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.trained import (
     PROMPT,
     batch_of,
     check_missing_states_stop_drafting,

@@ -14,10 +14,10 @@ from backend.core.models import matmul_weights
 from backend.core.verify import SamplingParams
 from backend.drafters import dflash, dspark, head_io
 from backend.drafters.trained import DrafterWeightsError, TargetParts
-from tests.backend.test_sampling import PROMPT as SAMPLING_PROMPT
-from tests.backend.test_sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.tiny import tiny_llama, tiny_tokenizer
-from tests.trained import (
+from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
+from tests.helpers.sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
+from tests.helpers.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.trained import (
     PROMPT,
     check_missing_states_stop_drafting,
     count_calls,

@@ -9,7 +9,7 @@ import backend.core.batch_cache
 from backend.core.batch import BatchEngine
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import build_drafter
-from tests.drafters import EVERY_DRAFTER, registered_drafter
+from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
 
 PROMPTS = [
     [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13],

@@ -1,6 +1,6 @@
 """EAGLE-3 on tiny random Llamas: shapes, the training-time test's masks and its agreement with drafting,
 learning, the weights folder, and losslessness through the engine (greedy and sampling). The checks
-shared with the other trained kinds live in tests/trained.py."""
+shared with the other trained kinds live in tests/helpers/trained.py."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from backend.drafters import eagle3, mtp
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 from backend.lab.prompts import encode_conversation
-from tests.tiny import tiny_llama
-from tests.trained import (
+from tests.helpers.tiny import tiny_llama
+from tests.helpers.trained import (
     PROMPT,
     REDUCED_12,
     VOCABULARIES,

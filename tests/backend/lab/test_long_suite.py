@@ -5,7 +5,7 @@ import pytest
 from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 from backend.lab.sweep import split_of
 from scripts.build_long_prompts import LONG_SUITE, MAX_TOKENS, build, prompt_tokens, render
-from tests.tiny import tiny_tokenizer
+from tests.helpers.tiny import tiny_tokenizer
 
 
 def test_long_suite_loads_single_turn_prompts_in_the_short_suites_categories():

@@ -10,7 +10,7 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.lab.prompts import encode_conversation
 from backend.training.corpus import build_instructions
 from backend.training.dataset import batches, distil
-from tests.tiny import tiny_instructions
+from tests.helpers.tiny import tiny_instructions
 
 LAYERS = (2, 4)
 

@@ -8,7 +8,7 @@ import time
 
 from backend.drafters import DrafterOptions
 from backend.serving.model_cache import ModelCache, model_bytes
-from tests.tiny import tiny_llama
+from tests.helpers.tiny import tiny_llama
 
 
 def loader_of(models: dict):

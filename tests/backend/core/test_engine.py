@@ -13,10 +13,8 @@ from backend.core.kv import cached_forward, new_cache, trim_cache
 from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions, build_drafter
 from backend.drafters.draft_model import DraftModelDrafter
-from tests.drafters import EVERY_DRAFTER, registered_drafter
-
-# a prompt with repeats, so lookup drafters find matches from the first step
-PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
+from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
+from tests.helpers.scripted import PROMPT, ScriptedDrafter, hf_greedy
 
 
 def engine_for(model) -> SpeculativeEngine:
@@ -26,14 +24,6 @@ def engine_for(model) -> SpeculativeEngine:
 def run(model, drafter, draft_len, max_new_tokens=40, prompt=PROMPT, **settings):
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=draft_len, **settings)
     return engine_for(model).generate(prompt, drafter, settings).run()
-
-
-@torch.inference_mode()
-def hf_greedy(model, prompt, max_new_tokens):
-    inputs = torch.tensor([prompt])
-    out = model.model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new_tokens,
-                               do_sample=False, pad_token_id=1)
-    return out[0, len(prompt):].tolist()
 
 
 def test_plain_engine_equals_hugging_face_greedy(tiny):
@@ -63,39 +53,6 @@ def test_a_draft_model_identical_to_the_target_is_always_accepted(tiny):
     assert all(step.accepted == len(step.drafted) for step in result.steps)
     assert len(result.steps) == 9  # 8 steps of 4 drafts + bonus, then one last token
     assert result.output_ids == run(tiny, None, 0, max_new_tokens=41).output_ids
-
-
-class ScriptedDrafter:
-    """Proposes the true greedy continuation with a wrong token at a chosen position, so each step
-    accepts exactly the scripted count (0..D) and the cache must be trimmed accordingly."""
-
-    name = "scripted"
-    target_hidden_layers: tuple[int, ...] = ()
-    free_to_propose = False
-
-    def __init__(self, reference: list[int], prompt_len: int, accept_counts: list[int]) -> None:
-        self.reference, self.prompt_len, self.accept_counts = reference, prompt_len, accept_counts
-
-    def cost(self) -> DrafterCost:
-        return DrafterCost(0.0, 1.0)
-
-    def start(self, prompt, prompt_hidden):
-        return self
-
-    def propose(self, request: DraftRequest) -> Draft:
-        if not self.accept_counts:
-            return Draft([])
-        position = len(request.tokens) - self.prompt_len
-        accept = self.accept_counts.pop(0)
-        truth = self.reference[position: position + request.max_tokens]
-        wrong = [(t + 1) % 60 + 4 for t in truth]
-        return Draft(truth[:accept] + wrong[accept:])
-
-    def observe(self, outcome: StepOutcome) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("draft_len", [1, 4, 6])

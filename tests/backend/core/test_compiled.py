@@ -16,10 +16,10 @@ from backend.core.static_kv import StaticKV
 from backend.core.target_passes import CompiledPasses, compile_mode, prepare, resolve_compile
 from backend.core.verify import SamplingParams
 from backend.drafters.draft_model import DraftModelDrafter
-from tests.backend.test_engine import PROMPT, ScriptedDrafter, hf_greedy
-from tests.backend.test_sampling import SETTINGS, SIGNIFICANCE, accept_all, exact_joint, goodness_of_fit, sampled_joint
-from tests.drafters import EVERY_DRAFTER, registered_drafter
-from tests.tiny import tiny_llama
+from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
+from tests.helpers.sampling import SETTINGS, SIGNIFICANCE, accept_all, exact_joint, goodness_of_fit, sampled_joint
+from tests.helpers.scripted import PROMPT, ScriptedDrafter, hf_greedy
+from tests.helpers.tiny import tiny_llama
 
 
 def generate(model, drafter, draft_len, max_new_tokens: int = 40, compile: str = "on", prompt=PROMPT):

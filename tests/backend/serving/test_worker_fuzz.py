@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from backend.drafters import DRAFTER_NAMES
+from tests.helpers.tiny import save_tiny
+from tests.helpers.workers import WorkerProcess
 from tests.openapi_fuzz import NASTY_INTS, NASTY_TEXT, SchemaStrategies, operations
-from tests.tiny import save_tiny
-from tests.workers import WorkerProcess
 
 pytestmark = pytest.mark.slow
 

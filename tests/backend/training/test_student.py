@@ -17,7 +17,7 @@ from backend.drafters.trained import TargetParts, TrainBatch
 from backend.training import student
 from backend.training.dataset import distil
 from backend.training.loop import TrainReport, TrainSettings, _timed_validation_due, train
-from tests.tiny import tiny_instructions, tiny_llama
+from tests.helpers.tiny import tiny_instructions, tiny_llama
 
 SHAPE = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
 

@@ -14,8 +14,8 @@ from backend.lab.codesign import codesign_report
 from backend.lab.prompts import Question
 from backend.lab.store import RunStore
 from backend.lab.sweep import run_sweep, split_of
-from tests.tiny import save_tiny
-from tests.workers import ROOT
+from tests.helpers.tiny import save_tiny
+from tests.helpers.workers import ROOT
 
 QUESTIONS = [Question(i, "copy" if i % 2 else "chat", (" ".join(f"w{(i * 7 + j) % 50 + 5}" for j in range(12)),))
              for i in range(6)]

@@ -1,6 +1,6 @@
 """The MTP drafter on tiny random Llamas: the module's shape and what it borrows from the target, the
 training-time masks and their agreement with drafting, learning, the weights folder, and losslessness
-through the engine (greedy and sampling). Shared checks live in tests/trained.py."""
+through the engine (greedy and sampling). Shared checks live in tests/helpers/trained.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from backend.drafters import eagle3, mtp
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 from backend.lab.prompts import encode_conversation
-from tests.tiny import tiny_llama
-from tests.trained import (
+from tests.helpers.tiny import tiny_llama
+from tests.helpers.trained import (
     PROMPT,
     REDUCED_12,
     VOCABULARIES,

@@ -19,8 +19,8 @@ from backend.training.card import write_card
 from backend.training.dataset import distil
 from backend.training.kinds import KINDS
 from backend.training.loop import CHECKPOINT, TrainSettings, train
-from tests.tiny import save_tiny, tiny_instructions
-from tests.workers import ROOT
+from tests.helpers.tiny import save_tiny, tiny_instructions
+from tests.helpers.workers import ROOT
 
 HEAD_SETTINGS = {"mtp": {},
                  "draft-model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}}
@@ -126,7 +126,7 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
 def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_path):
     from backend.core.errors import SpecScopeError
     from backend.drafters import trained_folders
-    from tests.tiny import tiny_llama
+    from tests.helpers.tiny import tiny_llama
 
     train_data, validation_data, validation = data
     folder = tmp_path / "eagle3-tiny"

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import httpx
 import pytest
 
-from tests.tiny import save_tiny
-from tests.workers import ROOT, WorkerProcess
+from tests.helpers.tiny import save_tiny
+from tests.helpers.workers import ROOT, WorkerProcess
 
 PROMPT = "w5 w9 w13 w5 w9 w13 w22"
 

@@ -9,7 +9,7 @@ import torch
 
 from backend.core.errors import ModelLoadError
 from backend.core.models import check_same_tokenizer, load_model, resolve_device, resolve_dtype
-from tests.tiny import save_tiny, tiny_llama, tiny_tokenizer
+from tests.helpers.tiny import save_tiny, tiny_llama, tiny_tokenizer
 
 
 def test_local_folder_loads_with_facts(tiny, tmp_path):

@@ -1,22 +1,14 @@
-"""Speculative sampling through the engine samples from the target's distribution.
-
-For a tiny random model with 12 tokens, the exact joint distribution of the first two generated
-tokens is computed from the target's logits (after the same temperature / top-k / top-p), and the
-engine's samples with each drafter are compared to it with a chi-square goodness-of-fit test at
-significance 0.001. A deliberately broken acceptance rule must fail the same test (power check).
-"""
+"""The sampling test's statistics: the exact joint distribution of a tiny target's first two tokens,
+the engine's samples of it with a drafter, and a chi-square goodness of fit; plus a deliberately broken
+acceptance rule that the test must catch."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from scipy.stats import chisquare
 
-import backend.core.verify
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams, Verdict, target_probs
-from backend.drafters.draft_model import DraftModelDrafter
-from tests.drafters import EVERY_DRAFTER, registered_drafter
 
 VOCAB = 12
 PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
@@ -68,29 +60,6 @@ def goodness_of_fit(counts: torch.Tensor, probs: torch.Tensor) -> float:
 SETTINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6, top_p=0.9)]
 
 
-@pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
-def test_draft_model_sampling_matches_the_target(pair, sampling):
-    target, draft = pair
-    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
-    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
-
-
-@pytest.mark.parametrize("name", EVERY_DRAFTER)
-def test_every_registered_drafter_samples_from_the_target(pair, name):
-    target, draft = pair
-    sampling = SamplingParams(temperature=1.0)
-    counts = sampled_joint(target, registered_drafter(name, target, draft), sampling, 3, samples=REGISTRY_SAMPLES)
-    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
-
-
 def accept_all(probs, drafted, draft_probs, generator) -> Verdict:
     """A broken rule: every draft accepted, whatever the target thinks of it."""
     return Verdict(len(drafted), int(torch.multinomial(probs[len(drafted)], 1, generator=generator)))
-
-
-def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):
-    target, draft = pair
-    monkeypatch.setattr(backend.core.verify, "rejection_verify", accept_all)
-    sampling = SamplingParams(temperature=1.0)
-    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, 3, samples=REGISTRY_SAMPLES)
-    assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
