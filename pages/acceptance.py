@@ -12,14 +12,17 @@ from ui import charts, connection, forms
 
 worker = connection.client()
 st.title("Acceptance")
-st.caption("AL = 1 + accepted drafts / drafting steps (vLLM's definition; steps that drafted nothing are left "
-           "out). CIs are 95% percentile bootstraps over runs.")
+st.caption(
+    "AL = 1 + accepted drafts / drafting steps (vLLM's definition; steps that drafted nothing are left "
+    "out). CIs are 95% percentile bootstraps over runs."
+)
 
 top = st.columns([2, 1, 1])
 target, _ = forms.analysis_target("acc", worker, top[0])
 SPLITS = {"any length": None, "short (< 512 tokens)": "short", "medium": "medium", "long (2k+ tokens)": "long"}
-split = top[2].selectbox("Prompt length", list(SPLITS), key="acc_split",
-                         help="Input-length split of the prompt (recorded for sweep runs)")
+split = top[2].selectbox(
+    "Prompt length", list(SPLITS), key="acc_split", help="Input-length split of the prompt (recorded for sweep runs)"
+)
 try:
     groups = worker.acceptance(target=target, split=SPLITS[split])
     pooled, per_category = groups["pooled"], groups["by_category"]
@@ -27,8 +30,10 @@ except WorkerError as error:
     st.error(str(error))
     st.stop()
 if not pooled:
-    st.info("No drafting steps stored for this target yet: run something on the Live or Compare page, or a "
-            "sweep (`python -m backend bench sweep`).")
+    st.info(
+        "No drafting steps stored for this target yet: run something on the Live or Compare page, or a "
+        "sweep (`python -m backend bench sweep`)."
+    )
     st.stop()
 
 drafters = sorted({g["drafter"] for g in pooled})
@@ -62,24 +67,44 @@ draft_len = pick[0].selectbox("D", lengths, index=len(lengths) - 1, key="acc_his
 category = pick[1].selectbox("Category", categories, key="acc_hist_category")
 source = pooled if category == categories[0] else [g for g in per_category if g["category"] == category]
 shown = [g for g in source if str(g["draft_len"]) == draft_len]
-histogram_rows = [{"drafter": g["drafter"], "draft_len": g["draft_len"], "category": g["category"],
-                   "accepted": j, "steps": n} for g in per_category + pooled for j, n in enumerate(g["histogram"])]
-charts.chart_with_table(charts.histogram_figure({g["drafter"]: g["histogram"] for g in shown}),
-                        pd.DataFrame(histogram_rows), "histograms")
+histogram_rows = [
+    {"drafter": g["drafter"], "draft_len": g["draft_len"], "category": g["category"], "accepted": j, "steps": n}
+    for g in per_category + pooled
+    for j, n in enumerate(g["histogram"])
+]
+charts.chart_with_table(
+    charts.histogram_figure({g["drafter"]: g["histogram"] for g in shown}), pd.DataFrame(histogram_rows), "histograms"
+)
 
 st.subheader("Per-position acceptance")
-st.caption("The two curves engines both call 'per-position acceptance'. **Survival** (left): the share of "
-           "drafting steps whose first k drafts were all accepted; vLLM's 'per-position acceptance rate' is "
-           "this one. **Conditional** (right): of the steps that reached draft k with drafts 1..k-1 accepted, "
-           "the share that accepted draft k; the DSpark paper and SPEED-Bench report this one.")
-position_rows = [{"drafter": g["drafter"], "draft_len": g["draft_len"], "category": g["category"], "position": k,
-                  "survival": s, "conditional": c}
-                 for g in shown for k, (s, c) in enumerate(zip(g["survival"], g["conditional"], strict=True), 1)]
+st.caption(
+    "The two curves engines both call 'per-position acceptance'. **Survival** (left): the share of "
+    "drafting steps whose first k drafts were all accepted; vLLM's 'per-position acceptance rate' is "
+    "this one. **Conditional** (right): of the steps that reached draft k with drafts 1..k-1 accepted, "
+    "the share that accepted draft k; the DSpark paper and SPEED-Bench report this one."
+)
+position_rows = [
+    {
+        "drafter": g["drafter"],
+        "draft_len": g["draft_len"],
+        "category": g["category"],
+        "position": k,
+        "survival": s,
+        "conditional": c,
+    }
+    for g in shown
+    for k, (s, c) in enumerate(zip(g["survival"], g["conditional"], strict=True), 1)
+]
 sides = st.columns(2)
 with sides[0]:
-    charts.chart_with_table(charts.position_figure(shown, "survival", "Survival: P(drafts 1..k all accepted)"),
-                            pd.DataFrame(position_rows), "survival")
+    charts.chart_with_table(
+        charts.position_figure(shown, "survival", "Survival: P(drafts 1..k all accepted)"),
+        pd.DataFrame(position_rows),
+        "survival",
+    )
 with sides[1]:
     charts.chart_with_table(
         charts.position_figure(shown, "conditional", "Conditional: P(draft k accepted | 1..k-1 accepted)"),
-        pd.DataFrame(position_rows), "conditional")
+        pd.DataFrame(position_rows),
+        "conditional",
+    )

@@ -39,31 +39,46 @@ facts[3].metric("Starting D = 128/G − 1", f"{report['d_start']:g}")
 facts[4].metric("Measured ρ (draft / verify time)", f"{report['rho']:.3f}" if "rho" in report else "–")
 ladder = ", ".join(str(d) for d in report["d_ladder"]) or "none up to 64"
 st.markdown(f"**D ladder** (G × (1 + D) a multiple of 128, up to 64): {ladder}")
-st.caption("The rules come from attention kernels that process 128 query rows per tile: with G query heads "
-           "sharing a KV head, a verify pass of 1 + D tokens fills G × (1 + D) rows, so D = 128/G − 1 costs about "
-           "what one token costs where attention dominates (long contexts, large batches). On a small model or a "
-           "CPU the matmuls dominate instead, and the measured curve below says where the rule holds here.")
+st.caption(
+    "The rules come from attention kernels that process 128 query rows per tile: with G query heads "
+    "sharing a KV head, a verify pass of 1 + D tokens fills G × (1 + D) rows, so D = 128/G − 1 costs about "
+    "what one token costs where attention dominates (long contexts, large batches). On a small model or a "
+    "CPU the matmuls dominate instead, and the measured curve below says where the rule holds here."
+)
 
 if "predicted" not in report:
-    st.info("No sweep with plain decoding and this drafter at batch size 1 is stored for this target, so only "
-            "the rules are shown: run `python -m backend bench sweep --drafters ngram --draft-lens 0,2,4,8 "
-            "--batch-sizes 1,4`.")
+    st.info(
+        "No sweep with plain decoding and this drafter at batch size 1 is stored for this target, so only "
+        "the rules are shown: run `python -m backend bench sweep --drafters ngram --draft-lens 0,2,4,8 "
+        "--batch-sizes 1,4`."
+    )
     st.stop()
 
 st.subheader("Predicted vs measured speedup")
 lengths = sorted(report["predicted"], key=int)
-speedups = pd.DataFrame({"draft_len": [int(d) for d in lengths], "al": [report["al"][d] for d in lengths],
-                         "predicted": [report["predicted"][d] for d in lengths],
-                         "measured": [report["measured"][d] for d in lengths]})
+speedups = pd.DataFrame(
+    {
+        "draft_len": [int(d) for d in lengths],
+        "al": [report["al"][d] for d in lengths],
+        "predicted": [report["predicted"][d] for d in lengths],
+        "measured": [report["measured"][d] for d in lengths],
+    }
+)
 charts.chart_with_table(charts.codesign_figure(report), speedups, "codesign_speedup")
 
 st.subheader("Recommended D per batch size")
-recommended = pd.DataFrame({"batch_size": [int(b) for b in report["recommended_d"]],
-                            "best_measured_d": list(report["recommended_d"].values()),
-                            "best_fixed_d": [report["recommended_fixed_d"].get(b) for b in report["recommended_d"]]})
+recommended = pd.DataFrame(
+    {
+        "batch_size": [int(b) for b in report["recommended_d"]],
+        "best_measured_d": list(report["recommended_d"].values()),
+        "best_fixed_d": [report["recommended_fixed_d"].get(b) for b in report["recommended_d"]],
+    }
+)
 st.dataframe(recommended, hide_index=True, key="cd_recommended")
-st.caption("The D (fixed or dynamic) of highest measured throughput at each batch size, D = 0 included; engines "
-           "take a fixed D, so the best fixed one is what the snippets export.")
+st.caption(
+    "The D (fixed or dynamic) of highest measured throughput at each batch size, D = 0 included; engines "
+    "take a fixed D, so the best fixed one is what the snippets export."
+)
 
 st.subheader("Export")
 if report.get("snippets"):
@@ -71,7 +86,12 @@ if report.get("snippets"):
         if engine in report["snippets"]:
             st.markdown(f"**{label}**")
             st.code(report["snippets"][engine], language="bash" if engine != "tensorrt_llm" else "python")
-    st.download_button("Download the analysis (JSON)", json.dumps(report, indent=2).encode(),
-                       "specscope_codesign.json", "application/json", key="cd_json")
+    st.download_button(
+        "Download the analysis (JSON)",
+        json.dumps(report, indent=2).encode(),
+        "specscope_codesign.json",
+        "application/json",
+        key="cd_json",
+    )
 else:
     st.info(report.get("snippets_note", "Nothing to export for this drafter."))

@@ -28,9 +28,12 @@ settings_columns = st.columns([2, 1, 1])
 with settings_columns[0]:
     target = forms.target_input("cmp", models)
 lane_count = settings_columns[1].number_input("Lanes", 2, 4, 2, key="cmp_lanes")
-replay = settings_columns[2].checkbox("Replay on one rollout", key="cmp_replay",
-                                      help="Run the target once, then score every drafter against that same "
-                                           "text (matters when sampling: otherwise each lane samples its own).")
+replay = settings_columns[2].checkbox(
+    "Replay on one rollout",
+    key="cmp_replay",
+    help="Run the target once, then score every drafter against that same "
+    "text (matters when sampling: otherwise each lane samples its own).",
+)
 sampling = forms.sampling_input("cmp")
 lane_columns = st.columns(int(lane_count))
 lanes = []
@@ -73,25 +76,45 @@ if state:
         status.error(state["error"])
     for index, (slot, lane) in enumerate(zip(outputs, state["lanes"], strict=False)):
         spec = lane["spec"]
-        slot.html(f"<b>Lane {index + 1}: {spec['drafter']} · D={spec['draft_len']}</b>"
-                  + tokens.steps_html(lane["steps"]))
+        slot.html(
+            f"<b>Lane {index + 1}: {spec['drafter']} · D={spec['draft_len']}</b>" + tokens.steps_html(lane["steps"])
+        )
     rows = []
     for index, lane in enumerate(state["lanes"]):
         summary = lane["summary"]
         if summary:
-            rows.append({"lane": index + 1, "drafter": lane["spec"]["drafter"], "D": str(lane["spec"]["draft_len"]),
-                         "AL": summary["al"], "acceptance rate": summary["acceptance_rate"],
-                         "tokens/s": summary["tokens_per_s"], "speedup vs plain": summary["speedup"],
-                         "draft overhead": summary["draft_overhead"], "target forwards": summary["target_forwards"]})
+            rows.append(
+                {
+                    "lane": index + 1,
+                    "drafter": lane["spec"]["drafter"],
+                    "D": str(lane["spec"]["draft_len"]),
+                    "AL": summary["al"],
+                    "acceptance rate": summary["acceptance_rate"],
+                    "tokens/s": summary["tokens_per_s"],
+                    "speedup vs plain": summary["speedup"],
+                    "draft overhead": summary["draft_overhead"],
+                    "target forwards": summary["target_forwards"],
+                }
+            )
     if rows:
         st.subheader("Summary")
-        st.dataframe(pd.DataFrame(rows), hide_index=True,
-                     column_config={"acceptance rate": st.column_config.NumberColumn(format="percent"),
-                                    "draft overhead": st.column_config.NumberColumn(
-                                        format="%.3f", help="drafting time / verification time")})
-        histograms = {f"{i + 1}: {lane['spec']['drafter']} D={lane['spec']['draft_len']}":
-                      charts.accepted_histogram(lane["steps"])
-                      for i, lane in enumerate(state["lanes"]) if lane["steps"]}
+        st.dataframe(
+            pd.DataFrame(rows),
+            hide_index=True,
+            column_config={
+                "acceptance rate": st.column_config.NumberColumn(format="percent"),
+                "draft overhead": st.column_config.NumberColumn(
+                    format="%.3f", help="drafting time / verification time"
+                ),
+            },
+        )
+        histograms = {
+            f"{i + 1}: {lane['spec']['drafter']} D={lane['spec']['draft_len']}": charts.accepted_histogram(
+                lane["steps"]
+            )
+            for i, lane in enumerate(state["lanes"])
+            if lane["steps"]
+        }
         st.plotly_chart(charts.histogram_figure(histograms))
     elif not state["error"]:
         status.warning("Stopped before the end.")

@@ -15,9 +15,24 @@ from ui import connection
 worker = connection.client()
 st.title("Run history")
 
-COLUMNS = ["created_at", "status", "kind", "target", "drafter", "draft_len", "category", "question_id", "al",
-           "acceptance_rate", "tokens_per_s", "baseline_tokens_per_s", "new_tokens", "temperature", "device",
-           "run_id"]
+COLUMNS = [
+    "created_at",
+    "status",
+    "kind",
+    "target",
+    "drafter",
+    "draft_len",
+    "category",
+    "question_id",
+    "al",
+    "acceptance_rate",
+    "tokens_per_s",
+    "baseline_tokens_per_s",
+    "new_tokens",
+    "temperature",
+    "device",
+    "run_id",
+]
 
 try:
     everything = pd.DataFrame(worker.runs(limit=100_000))
@@ -58,16 +73,26 @@ if runs.empty:
     st.stop()
 
 table = runs[[c for c in COLUMNS if c in runs.columns]]
-picked = st.dataframe(table, hide_index=True, on_select="rerun", selection_mode="multi-row", key="hist_table",
-                      column_config={"acceptance_rate": st.column_config.NumberColumn(format="percent"),
-                                     "al": st.column_config.NumberColumn(format="%.2f"),
-                                     "tokens_per_s": st.column_config.NumberColumn(format="%.1f")})
+picked = st.dataframe(
+    table,
+    hide_index=True,
+    on_select="rerun",
+    selection_mode="multi-row",
+    key="hist_table",
+    column_config={
+        "acceptance_rate": st.column_config.NumberColumn(format="percent"),
+        "al": st.column_config.NumberColumn(format="%.2f"),
+        "tokens_per_s": st.column_config.NumberColumn(format="%.1f"),
+    },
+)
 rows = picked.selection.rows if picked is not None else []
 selection = table.iloc[rows] if rows else table
 st.caption(f"{len(table)} runs match; {len(rows)} selected (exports take the selection, or every match).")
 
-labels = [f"{str(r.created_at)[:19]} · {r.drafter} D={r.draft_len} · {r.category or '-'} · {r.run_id[:8]}"
-          for r in selection.itertuples()]
+labels = [
+    f"{str(r.created_at)[:19]} · {r.drafter} D={r.draft_len} · {r.category or '-'} · {r.run_id[:8]}"
+    for r in selection.itertuples()
+]
 buttons = st.columns([3, 1, 1, 1])
 choice = buttons[0].selectbox("Run to open", labels, key="hist_choice", label_visibility="collapsed")
 if buttons[1].button("Open in Live", key="hist_open", help="Replay this run's steps in the Live view."):
@@ -77,9 +102,11 @@ if buttons[1].button("Open in Live", key="hist_open", help="Replay this run's st
         st.error(str(error))
         st.stop()
     st.switch_page("pages/live.py")
-buttons[2].download_button("Export CSV", selection.to_csv(index=False).encode(), "specscope_runs.csv",
-                           "text/csv", key="hist_csv")
+buttons[2].download_button(
+    "Export CSV", selection.to_csv(index=False).encode(), "specscope_runs.csv", "text/csv", key="hist_csv"
+)
 parquet = io.BytesIO()
 selection.to_parquet(parquet, index=False)
-buttons[3].download_button("Export Parquet", parquet.getvalue(), "specscope_runs.parquet",
-                           "application/octet-stream", key="hist_parquet")
+buttons[3].download_button(
+    "Export Parquet", parquet.getvalue(), "specscope_runs.parquet", "application/octet-stream", key="hist_parquet"
+)

@@ -20,8 +20,11 @@ def show_metrics(slots, running: dict, summary: dict | None) -> None:
     slots[1].metric("Acceptance rate", f"{100 * running['acceptance_rate']:.1f}%")
     slots[2].metric("Tokens/s", f"{running['tokens_per_s']:.1f}")
     speedup = summary.get("speedup") if summary else None
-    slots[3].metric("Speedup vs plain", f"{speedup:.2f}x" if speedup else "…",
-                    help="decode tokens/s over plain decoding (D = 0) of the same prompt and settings")
+    slots[3].metric(
+        "Speedup vs plain",
+        f"{speedup:.2f}x" if speedup else "…",
+        help="decode tokens/s over plain decoding (D = 0) of the same prompt and settings",
+    )
 
 
 def show_charts(slots, steps: list[dict]) -> None:
@@ -31,8 +34,10 @@ def show_charts(slots, steps: list[dict]) -> None:
 
 def describe(start: dict) -> str:
     cost = start.get("cost") or {}
-    return (f"{start['target']} · {start['drafter']} · D={start['draft_len']} · nominal ρ "
-            f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}")
+    return (
+        f"{start['target']} · {start['drafter']} · D={start['draft_len']} · nominal ρ "
+        f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}"
+    )
 
 
 def running_figures(steps: list[dict]) -> dict:
@@ -41,8 +46,10 @@ def running_figures(steps: list[dict]) -> dict:
 
 def show_stored_run(run: dict) -> None:
     """A run opened from History, replayed step by step."""
-    st.info(f"Replaying stored run {run['run_id'][:8]} · {run['drafter']} D={run['draft_len']} · "
-            f"{run['target']} · {run['status']}")
+    st.info(
+        f"Replaying stored run {run['run_id'][:8]} · {run['drafter']} D={run['draft_len']} · "
+        f"{run['target']} · {run['status']}"
+    )
     if st.button("Back to live input"):
         del st.session_state["live_replay"]
         st.rerun()
@@ -57,9 +64,13 @@ def show_stored_run(run: dict) -> None:
             output.html(tokens.LEGEND + tokens.steps_html(steps[:count]))
             time.sleep(0.04)
     output.html(tokens.LEGEND + tokens.steps_html(steps[:shown]))
-    show_metrics(slots, running_figures(steps[:shown]),
-                 {"speedup": run["tokens_per_s"] / run["baseline_tokens_per_s"]}
-                 if run.get("baseline_tokens_per_s") and run.get("tokens_per_s") else None)
+    show_metrics(
+        slots,
+        running_figures(steps[:shown]),
+        {"speedup": run["tokens_per_s"] / run["baseline_tokens_per_s"]}
+        if run.get("baseline_tokens_per_s") and run.get("tokens_per_s")
+        else None,
+    )
     if steps:
         show_charts(st.columns(2), steps[:shown])
 
@@ -85,8 +96,12 @@ with left:
     sampling = forms.sampling_input("live")
     run_column, stop_column = st.columns(2)
     run = run_column.button("Run", type="primary", key="live_run", width="stretch")
-    stop_column.button("Stop", key="live_stop", width="stretch",
-                       help="Stops the run: the page reruns, the stream closes and the worker cancels the job.")
+    stop_column.button(
+        "Stop",
+        key="live_stop",
+        width="stretch",
+        help="Stops the run: the page reruns, the stream closes and the worker cancels the job.",
+    )
     status = st.empty()
     described = st.empty()
     output = st.empty()
@@ -139,7 +154,9 @@ if last:
         show_charts(chart_slots, steps)
     if last["summary"]:
         summary = last["summary"]
-        status.caption(f"{summary['new_tokens']} tokens · {summary['target_forwards']} target forwards · "
-                       f"measured ρ {summary['rho'] or 0:.3f} · finish: {summary['finish_reason']}")
+        status.caption(
+            f"{summary['new_tokens']} tokens · {summary['target_forwards']} target forwards · "
+            f"measured ρ {summary['rho'] or 0:.3f} · finish: {summary['finish_reason']}"
+        )
 else:
     output.html(tokens.LEGEND + tokens.STYLE + '<div class="ss-out">Press Run to decode.</div>')

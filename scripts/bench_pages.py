@@ -29,8 +29,12 @@ sys.path.insert(0, str(ROOT))
 from backend.lab.store import RunStore  # noqa: E402
 from tests.helpers.workers import WorkerProcess, free_port  # noqa: E402
 
-PAGES = {"pages/acceptance.py": ("Acceptance", "AL vs D"), "pages/pareto.py": ("Pareto", "Throughput vs interactivity"),
-         "pages/codesign.py": ("Co-design", "Co-design: choosing D"), "pages/history.py": ("History", "Run history")}
+PAGES = {
+    "pages/acceptance.py": ("Acceptance", "AL vs D"),
+    "pages/pareto.py": ("Pareto", "Throughput vs interactivity"),
+    "pages/codesign.py": ("Co-design", "Co-design: choosing D"),
+    "pages/history.py": ("History", "Run history"),
+}
 CATEGORIES = ["coding", "code_editing", "summarization", "rag", "translation", "qa", "math", "writing"]
 DRAFTERS = {"ngram": 0.55, "suffix": 0.6}  # per-draft acceptance probability of the synthetic runs
 STEPS_PER_RUN = 100
@@ -44,29 +48,61 @@ def seed(path: Path, steps: int, target: str) -> None:
     for number in range(steps // STEPS_PER_RUN):
         name, draft_len = configs[number % len(configs)]
         run_id = uuid.uuid4().hex
-        store.start_run({"run_id": run_id, "kind": "sweep", "turns": ["seeded"], "target": target, "drafter": name,
-                         "draft_len": draft_len, "category": CATEGORIES[number // len(configs) % len(CATEGORIES)]})
+        store.start_run(
+            {
+                "run_id": run_id,
+                "kind": "sweep",
+                "turns": ["seeded"],
+                "target": target,
+                "drafter": name,
+                "draft_len": draft_len,
+                "category": CATEGORIES[number // len(configs) % len(CATEGORIES)],
+            }
+        )
         records = []
         for index in range(STEPS_PER_RUN):
             length = draft_len if isinstance(draft_len, int) else rng.randint(1, 8)
             accepted = 0
             while accepted < length and rng.random() < DRAFTERS[name]:
                 accepted += 1
-            records.append({"index": index, "turn": 0, "draft_len": length, "drafted": list(range(length)),
-                            "accepted": accepted, "emitted": list(range(accepted + 1)), "draft_s": 0.001,
-                            "verify_s": 0.06 + 0.005 * length})
+            records.append(
+                {
+                    "index": index,
+                    "turn": 0,
+                    "draft_len": length,
+                    "drafted": list(range(length)),
+                    "accepted": accepted,
+                    "emitted": list(range(accepted + 1)),
+                    "draft_s": 0.001,
+                    "verify_s": 0.06 + 0.005 * length,
+                }
+            )
         store.add_steps(run_id, records)
         store.finish_run(run_id, status="complete")
     sweep_id = uuid.uuid4().hex
     store.start_sweep(sweep_id, target, "", "cpu", {"seeded": True})
     points = []
-    for name, d, size in [("none", 0, b) for b in (1, 4, 16)] + [(n, d, b) for n in DRAFTERS for d in (4, 8)
-                                                                 for b in (1, 4, 16)]:
+    for name, d, size in [("none", 0, b) for b in (1, 4, 16)] + [
+        (n, d, b) for n in DRAFTERS for d in (4, 8) for b in (1, 4, 16)
+    ]:
         al = 1 + sum(DRAFTERS.get(name, 0) ** k for k in range(1, d + 1))
         tpot = (0.06 + 0.005 * d) * (1 + 0.1 * size) / al
-        points.append({"drafter": name, "draft_len": d, "batch_size": size, "category": "all", "split": "all",
-                       "throughput_tps": size / tpot, "interactivity_tps": 1 / tpot, "al": al, "al_ci_low": al - 0.1,
-                       "al_ci_high": al + 0.1, "rho": 0.02, "lossless": True})
+        points.append(
+            {
+                "drafter": name,
+                "draft_len": d,
+                "batch_size": size,
+                "category": "all",
+                "split": "all",
+                "throughput_tps": size / tpot,
+                "interactivity_tps": 1 / tpot,
+                "al": al,
+                "al_ci_low": al - 0.1,
+                "al_ci_high": al + 0.1,
+                "rho": 0.02,
+                "lossless": True,
+            }
+        )
     store.add_sweep_points(sweep_id, points)
     store.finish_sweep(sweep_id, "complete")
     store.close()
@@ -94,15 +130,32 @@ def time_browser(worker_url: str, repeats: int) -> dict[str, dict[str, float]]:
 
     port = free_port()
     env = {**os.environ, "SPECSCOPE_WORKER_URL": worker_url, "SPECSCOPE_NO_AUTOSTART": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-                               "--server.headless", "true", "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     results: dict[str, dict[str, float]] = {"navigate": {}, "fresh_load": {}}
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                                 args=["--no-sandbox", "--disable-gpu"])
+            browser = playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox", "--disable-gpu"]
+            )
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.set_default_timeout(120_000)
             for _ in range(120):

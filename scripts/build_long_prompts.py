@@ -53,8 +53,10 @@ T = TypeVar("T")
 def build(suite: list[Question]) -> list[dict]:
     """The long prompts as question.jsonl records, numbered from FIRST_ID."""
     prompts = _rag(suite) + _summarization(suite) + _code_editing(suite)
-    return [{"question_id": FIRST_ID + number, "category": category, "turns": [text]}
-            for number, (category, text) in enumerate(prompts)]
+    return [
+        {"question_id": FIRST_ID + number, "category": category, "turns": [text]}
+        for number, (category, text) in enumerate(prompts)
+    ]
 
 
 def render(records: list[dict]) -> str:
@@ -70,8 +72,11 @@ def default_tokenizer() -> PreTrainedTokenizerBase:
 def prompt_tokens(records: list[dict], tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Each prompt's token count as the engine encodes it; raise unless all lie in [LONG_FROM, MAX_TOKENS]."""
     counts = [len(encode_conversation(tokenizer, record["turns"], [])) for record in records]
-    wrong = [f"{record['question_id']}: {count}" for record, count in zip(records, counts, strict=True)
-             if not LONG_FROM <= count <= MAX_TOKENS]
+    wrong = [
+        f"{record['question_id']}: {count}"
+        for record, count in zip(records, counts, strict=True)
+        if not LONG_FROM <= count <= MAX_TOKENS
+    ]
     if wrong:
         raise ValueError(f"prompts outside {LONG_FROM}-{MAX_TOKENS} tokens: {', '.join(wrong)}")
     return counts
@@ -105,8 +110,10 @@ def _rag(suite: list[Question]) -> list[tuple[str, str]]:
     context = "\n\n".join(f"[{number}] {doc}" for number, doc in enumerate(documents, start=1))
     prompts = []
     for target in (0, 3, 6, len(matches) - 1):
-        text = (f"Context:\n{context}\n\nQuestion: {matches[target]['question']}\n\nAnswer using only the context "
-                "above, quote the relevant sentence and give the number of the document it comes from.")
+        text = (
+            f"Context:\n{context}\n\nQuestion: {matches[target]['question']}\n\nAnswer using only the context "
+            "above, quote the relevant sentence and give the number of the document it comes from."
+        )
         prompts.append(("rag", text))
     return prompts
 
@@ -129,11 +136,14 @@ def _code_editing(suite: list[Question]) -> list[tuple[str, str]]:
     for first, count, section in CODE_EDITS:
         chosen = _window(snippets, first, count)
         target = chosen[section - 1]
-        code = "\n\n".join(f"# ---- Section {i}: {m['what']} ----\n\n{m['code'].rstrip()}"
-                           for i, m in enumerate(chosen, start=1))
-        text = (f"Here is a Python file made of {len(chosen)} sections:\n\n```python\n{code}\n```\n\n"
-                f"Edit only section {section} ({target['what']}) and leave the other sections exactly as they "
-                f"are. {target['request']}")
+        code = "\n\n".join(
+            f"# ---- Section {i}: {m['what']} ----\n\n{m['code'].rstrip()}" for i, m in enumerate(chosen, start=1)
+        )
+        text = (
+            f"Here is a Python file made of {len(chosen)} sections:\n\n```python\n{code}\n```\n\n"
+            f"Edit only section {section} ({target['what']}) and leave the other sections exactly as they "
+            f"are. {target['request']}"
+        )
         prompts.append(("code_editing", text))
     return prompts
 

@@ -33,9 +33,19 @@ from backend.core.kv import batched_forward, new_cache, stack_caches  # noqa: E4
 from backend.core.models import LoadedModel  # noqa: E402
 from backend.drafters import build_drafter  # noqa: E402
 
-SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                    num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5,
-                    rope_theta=100000.0, tie_word_embeddings=True, initializer_range=0.1)
+SMOLLM2_135M = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+    initializer_range=0.1,
+)
 
 
 def smollm2_shaped(device: torch.device) -> LoadedModel:
@@ -77,8 +87,9 @@ def verification_cost(target: LoadedModel) -> list[dict]:
                     layer.keys, layer.values = layer.keys[:, :, :512], layer.values[:, :, :512]
 
             times[width] = timed(forward)
-        rows += [{"batch_size": batch, "tokens": w, "ms": 1000 * t, "vs_one_token": t / times[1]}
-                 for w, t in times.items()]
+        rows += [
+            {"batch_size": batch, "tokens": w, "ms": 1000 * t, "vs_one_token": t / times[1]} for w, t in times.items()
+        ]
     return rows
 
 
@@ -90,8 +101,9 @@ def plain_throughput(target: LoadedModel) -> list[dict]:
     rows = []
     for size in (1, 4, 16, 64):
         result = batcher.generate(prompts[:size], None, GenerationSettings(64, draft_len=0))
-        rows.append({"batch_size": size, "throughput_tps": result.throughput,
-                     "decode_throughput_tps": result.decode_throughput})
+        rows.append(
+            {"batch_size": size, "throughput_tps": result.throughput, "decode_throughput_tps": result.decode_throughput}
+        )
     for row in rows:
         row["vs_b1"] = row["throughput_tps"] / rows[0]["throughput_tps"]
         row["decode_vs_b1"] = row["decode_throughput_tps"] / rows[0]["decode_throughput_tps"]
@@ -124,15 +136,28 @@ def cuda_training() -> dict:
         train_data = distil(tiny, instructions, layers, "train", 24, cache_root=root)
         validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
         head = eagle3.new_head(tiny)
-        settings = TrainSettings(tokens=200 * 8 * 64, window=64, rows=8, validate_every=100, validation_prompts=4,
-                                 validation_new_tokens=24)
+        settings = TrainSettings(
+            tokens=200 * 8 * 64, window=64, rows=8, validate_every=100, validation_prompts=4, validation_new_tokens=24
+        )
         started = time.perf_counter()
-        report = train(eagle3, tiny, head, train_data, validation_data,
-                       [i for i in instructions if i.split == "validation"] or instructions[:4], settings,
-                       root / "out")
-        return {"steps": report.steps, "seconds": time.perf_counter() - started,
-                "first_loss": report.train_loss[0][1], "last_loss": report.train_loss[-1][1],
-                "validation": report.validation, "dtype": str(next(head.parameters()).dtype)}
+        report = train(
+            eagle3,
+            tiny,
+            head,
+            train_data,
+            validation_data,
+            [i for i in instructions if i.split == "validation"] or instructions[:4],
+            settings,
+            root / "out",
+        )
+        return {
+            "steps": report.steps,
+            "seconds": time.perf_counter() - started,
+            "first_loss": report.train_loss[0][1],
+            "last_loss": report.train_loss[-1][1],
+            "validation": report.validation,
+            "dtype": str(next(head.parameters()).dtype),
+        }
 
 
 def main() -> int:
@@ -144,10 +169,12 @@ def main() -> int:
     print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__, flush=True)
     target = smollm2_shaped(device)
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    for name, part in (("verification_cost", lambda: verification_cost(target)),
-                       ("plain_throughput", lambda: plain_throughput(target)),
-                       ("batched_agreement", lambda: batched_agreement(target)),
-                       ("cuda_training", cuda_training)):
+    for name, part in (
+        ("verification_cost", lambda: verification_cost(target)),
+        ("plain_throughput", lambda: plain_throughput(target)),
+        ("batched_agreement", lambda: batched_agreement(target)),
+        ("cuda_training", cuda_training),
+    ):
         try:
             results[name] = part()
         except Exception as error:  # one failing part must not hide the others' figures

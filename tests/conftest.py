@@ -32,10 +32,12 @@ def pair():
     from tests.helpers.sampling import VOCAB
 
     tokenizer = tiny_tokenizer(VOCAB)
-    target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                        tokenizer=tokenizer)
-    draft = tiny_llama(seed=4, vocab_size=VOCAB, layers=1, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                       tokenizer=tokenizer)
+    target = tiny_llama(
+        seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3, tokenizer=tokenizer
+    )
+    draft = tiny_llama(
+        seed=4, vocab_size=VOCAB, layers=1, hidden=32, heads=2, kv_heads=1, init_scale=0.3, tokenizer=tokenizer
+    )
     return target, draft
 
 

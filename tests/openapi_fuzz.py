@@ -16,13 +16,28 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-NASTY_TEXT = ["", " ", "\ud800", "a\x00b", "\udfff\ud800", "x" * 300, "/no/such/model", "notadate", "../..",
-              "2024-01-01T00:00:00+14:00", "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "auto"]
+NASTY_TEXT = [
+    "",
+    " ",
+    "\ud800",
+    "a\x00b",
+    "\udfff\ud800",
+    "x" * 300,
+    "/no/such/model",
+    "notadate",
+    "../..",
+    "2024-01-01T00:00:00+14:00",
+    "0001-01-01T00:00:00+14:00",
+    "9999-12-31T23:59:59-14:00",
+    "auto",
+]
 NASTY_INTS = [-1, 0, 2**31, 2**63, -(2**63) - 1, 2**80]
 NASTY_NUMBERS = [float("nan"), float("inf"), -float("inf"), -1.0, 1e308]
-ANY_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                                   max_size=3), max_leaves=8)
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
 
 
 @dataclass(frozen=True)
@@ -40,14 +55,22 @@ def operations(openapi: dict) -> list[Operation]:
         for method, spec in methods.items():
             params = spec.get("parameters", [])
             body = spec.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
-            found.append(Operation(method.upper(), path, {p["name"]: p.get("schema", {}) for p in params},
-                                   tuple(p["name"] for p in params if p["in"] == "path"), body))
+            found.append(
+                Operation(
+                    method.upper(),
+                    path,
+                    {p["name"]: p.get("schema", {}) for p in params},
+                    tuple(p["name"] for p in params if p["in"] == "path"),
+                    body,
+                )
+            )
     return found
 
 
 class SchemaStrategies:
-    def __init__(self, openapi: dict, overrides: Mapping[str, st.SearchStrategy] | None = None,
-                 nasty: bool = True) -> None:
+    def __init__(
+        self, openapi: dict, overrides: Mapping[str, st.SearchStrategy] | None = None, nasty: bool = True
+    ) -> None:
         self.components = openapi.get("components", {}).get("schemas", {})
         self.overrides = dict(overrides or {})
         self.nasty = nasty
@@ -75,8 +98,9 @@ class SchemaStrategies:
             return self._or_nasty(inside, NASTY_INTS)
         if kind == "number":
             low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum")
-            inside = st.floats(low, high, exclude_min="exclusiveMinimum" in schema, allow_nan=False,
-                               allow_infinity=False)
+            inside = st.floats(
+                low, high, exclude_min="exclusiveMinimum" in schema, allow_nan=False, allow_infinity=False
+            )
             return self._or_nasty(inside, NASTY_NUMBERS)
         if kind == "boolean":
             return st.booleans()
@@ -95,8 +119,10 @@ class SchemaStrategies:
             return st.dictionaries(st.text(max_size=6), ANY_JSON, max_size=3)
         required = set(schema.get("required", ()))
         fields = {name: self.value(sub, name) for name, sub in properties.items()}
-        return st.fixed_dictionaries({k: v for k, v in fields.items() if k in required},
-                                     optional={k: v for k, v in fields.items() if k not in required})
+        return st.fixed_dictionaries(
+            {k: v for k, v in fields.items() if k in required},
+            optional={k: v for k, v in fields.items() if k not in required},
+        )
 
     def request(self, operation: Operation) -> st.SearchStrategy:
         """(parameters, path ones included; JSON body or None), the body sometimes of the wrong shape."""

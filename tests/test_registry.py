@@ -82,17 +82,32 @@ def test_adding_a_drafter_is_one_file_and_one_registry_line(tmp_path):
     assert text.count('    "dspark",\n') == 1
     registry.write_text(text.replace('    "dspark",\n', '    "dspark",\n    "bigram",\n'))  # the one line
 
-    tests = ["tests/test_registry.py", "tests/pages/test_registry_surfaces.py", "tests/backend/core/test_engine.py",
-             "tests/backend/core/test_batch.py", "tests/backend/core/test_sampling.py"]
+    tests = [
+        "tests/test_registry.py",
+        "tests/pages/test_registry_surfaces.py",
+        "tests/backend/core/test_engine.py",
+        "tests/backend/core/test_batch.py",
+        "tests/backend/core/test_sampling.py",
+    ]
     chosen = "(bigram or every_drafter_and_option or surfaces) and not compiled and not one_file"
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, "-k", chosen],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, "-k", chosen],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     summary = result.stdout.strip().splitlines()[-1]
     assert "passed" in summary and "failed" not in summary and "skipped" not in summary
     # the greedy (single and batched) and sampling losslessness tests ran for the new drafter
-    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *tests[2:], "-k", "bigram"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300).stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", *tests[2:], "-k", "bigram"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     assert "test_engine.py::test_greedy_output_equals_target_greedy_for_every_drafter" in listed
     assert "test_batch.py::test_every_row_equals_its_single_sequence_output" in listed
     assert "test_sampling.py::test_every_registered_drafter_samples_from_the_target" in listed

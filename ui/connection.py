@@ -72,11 +72,15 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
         if status is None:
             status = st.status("Connecting to the SpecScope worker…", expanded=False)
         if health.get("warming"):
-            status.update(label=f"Compiling {health['warming']}… (torch.compile, once per worker start: a few "
-                                "minutes on a small CPU; `SPECSCOPE_COMPILE=off make run` skips it)")
+            status.update(
+                label=f"Compiling {health['warming']}… (torch.compile, once per worker start: a few "
+                "minutes on a small CPU; `SPECSCOPE_COMPILE=off make run` skips it)"
+            )
         elif health["status"] == "loading":
-            status.update(label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
-                                "model converts its GGUF file, about 30 s)")
+            status.update(
+                label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
+                "model converts its GGUF file, about 30 s)"
+            )
         time.sleep(0.5)
 
 

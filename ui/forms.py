@@ -13,8 +13,10 @@ D_CHOICES = [*range(17), "auto"]
 
 @st.cache_data(show_spinner=False)
 def suite_questions() -> list[dict]:
-    return [{"question_id": str(q.question_id), "category": q.category, "turns": list(q.turns)}
-            for q in load_suite(DEFAULT_SUITE)]
+    return [
+        {"question_id": str(q.question_id), "category": q.category, "turns": list(q.turns)}
+        for q in load_suite(DEFAULT_SUITE)
+    ]
 
 
 def prompt_input(prefix: str) -> dict:
@@ -29,9 +31,13 @@ def prompt_input(prefix: str) -> dict:
             st.session_state[f"{prefix}_prompt"] = f"\n{TURN_SEPARATOR}\n".join(question["turns"])
 
     choice = st.selectbox("From the prompt suite", labels, key=f"{prefix}_suite", on_change=load_question)
-    text = st.text_area("Prompt", key=f"{prefix}_prompt", height=160,
-                        help=f"A line holding only {TURN_SEPARATOR} starts a new turn; each turn sees the "
-                             "model's answers to the earlier ones.")
+    text = st.text_area(
+        "Prompt",
+        key=f"{prefix}_prompt",
+        height=160,
+        help=f"A line holding only {TURN_SEPARATOR} starts a new turn; each turn sees the "
+        "model's answers to the earlier ones.",
+    )
     turns = [part.strip() for part in text.split(f"\n{TURN_SEPARATOR}\n")]
     fields: dict = {"messages": turns}
     if choice != labels[0]:
@@ -53,13 +59,22 @@ def drafter_input(prefix: str, models: dict, default: str = "suffix", default_le
     offered = [d for d in models["drafters"] if d.get("available", True)]
     offered = [d for d in offered if d["name"] != "none"] + [d for d in offered if d["name"] == "none"]
     names = [d["name"] for d in offered]
-    drafter = st.selectbox("Drafter", names, index=names.index(default) if default in names else 0,
-                           key=f"{prefix}_drafter",
-                           help="Trained drafters (eagle3, mtp, dflash, dspark) are listed when weights trained for "
-                                "the target are found under data/drafters/.")
+    drafter = st.selectbox(
+        "Drafter",
+        names,
+        index=names.index(default) if default in names else 0,
+        key=f"{prefix}_drafter",
+        help="Trained drafters (eagle3, mtp, dflash, dspark) are listed when weights trained for "
+        "the target are found under data/drafters/.",
+    )
     chosen = offered[names.index(drafter)]
-    draft_len = st.select_slider("Draft length D", D_CHOICES, value=default_len, key=f"{prefix}_d",
-                                 help="Tokens drafted per step; 0 is plain decoding, auto adapts D every step.")
+    draft_len = st.select_slider(
+        "Draft length D",
+        D_CHOICES,
+        value=default_len,
+        key=f"{prefix}_d",
+        help="Tokens drafted per step; 0 is plain decoding, auto adapts D every step.",
+    )
     fields = {"drafter": drafter, "draft_len": draft_len}
     with st.expander("Drafter options"):
         if chosen.get("summary"):
@@ -81,18 +96,41 @@ def option_input(prefix: str, option: dict):
         value = st.number_input(f"{label} (0 = default)", 0, int(option["le"] or 1024), 0, key=key, help=help_text)
         return int(value) or None
     if option["type"] == "int":
-        return int(st.number_input(label, int(option["ge"] or 0), int(option["le"] or 1024), int(option["default"]),
-                                   key=key, help=help_text))
+        return int(
+            st.number_input(
+                label,
+                int(option["ge"] or 0),
+                int(option["le"] or 1024),
+                int(option["default"]),
+                key=key,
+                help=help_text,
+            )
+        )
     low = option["ge"] if option["ge"] is not None else (option["gt"] + 0.01 if option["gt"] is not None else None)
     high = option["le"]
-    return float(st.number_input(label, None if low is None else float(low), None if high is None else float(high),
-                                 float(option["default"]), key=key, help=help_text))
+    return float(
+        st.number_input(
+            label,
+            None if low is None else float(low),
+            None if high is None else float(high),
+            float(option["default"]),
+            key=key,
+            help=help_text,
+        )
+    )
 
 
 def sampling_input(prefix: str) -> dict:
     columns = st.columns(3)
-    temperature = columns[0].slider("Temperature", 0.0, 2.0, 0.0, 0.05, key=f"{prefix}_temperature",
-                                    help="0 is greedy; above 0 the acceptance is rejection sampling")
+    temperature = columns[0].slider(
+        "Temperature",
+        0.0,
+        2.0,
+        0.0,
+        0.05,
+        key=f"{prefix}_temperature",
+        help="0 is greedy; above 0 the acceptance is rejection sampling",
+    )
     max_new = columns[1].number_input("Max new tokens", 1, 2048, 128, key=f"{prefix}_max_new")
     seed = columns[2].number_input("Seed", 0, 2**31 - 1, 0, key=f"{prefix}_seed")
     return {"temperature": temperature, "max_new_tokens": int(max_new), "seed": int(seed)}

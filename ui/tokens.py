@@ -20,9 +20,11 @@ STYLE = """<style>
 .ss-legend span { padding: 0 0.4rem; margin-right: 0.4rem; }
 </style>"""
 
-LEGEND = ('<div class="ss-legend"><span class="ss-acc">accepted draft</span><span class="ss-rej">rejected draft'
-          '</span><span class="ss-skip">discarded after a rejection</span><span class="ss-tgt">target\'s own '
-          'token</span><span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence</div>')
+LEGEND = (
+    '<div class="ss-legend"><span class="ss-acc">accepted draft</span><span class="ss-rej">rejected draft'
+    '</span><span class="ss-skip">discarded after a rejection</span><span class="ss-tgt">target\'s own '
+    'token</span><span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence</div>'
+)
 
 
 def _prob(values: list | None, i: int) -> str:
@@ -39,8 +41,10 @@ def step_html(step: dict) -> str:
     emitted = len(step["emitted"])
     parts = []
     for i, text in enumerate(drafted_text):
-        title = f"step {step['index']} · draft {i + 1}: draft q={_prob(step.get('draft_probs'), i)} · " \
-                f"target p={_prob(step.get('target_probs'), i)}"
+        title = (
+            f"step {step['index']} · draft {i + 1}: draft q={_prob(step.get('draft_probs'), i)} · "
+            f"target p={_prob(step.get('target_probs'), i)}"
+        )
         if i < accepted:
             if i < emitted:
                 parts.append(_span("ss-acc", text, title))
@@ -49,8 +53,14 @@ def step_html(step: dict) -> str:
         else:
             parts.append(_span("ss-skip", text, title + " · discarded"))
     if step.get("stop_reason") == "low-confidence":
-        parts.append(_span("ss-cut", "✂", f"step {step['index']} · the drafter's confidence head stopped the draft "
-                                          f"after {len(drafted_text)} tokens (D = {step.get('draft_len')})"))
+        parts.append(
+            _span(
+                "ss-cut",
+                "✂",
+                f"step {step['index']} · the drafter's confidence head stopped the draft "
+                f"after {len(drafted_text)} tokens (D = {step.get('draft_len')})",
+            )
+        )
     if emitted > accepted:
         kind = "bonus (all drafts accepted)" if accepted == len(drafted_text) and drafted_text else "target's token"
         title = f"step {step['index']} · {kind}: target p={step.get('target_token_prob', 0):.3f}"

@@ -15,36 +15,50 @@ from backend.core.errors import SpecScopeError
 
 def format_speed_table(report: dict) -> str:
     plain = report["summary"]["plain@0"]
-    lines = [f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s (compile "
-             f"{plain['compile']}); engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
-             f"(HF greedy equal to ours on {report['hf_generate_lossless']})", ""]
+    lines = [
+        f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s (compile "
+        f"{plain['compile']}); engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
+        f"(HF greedy equal to ours on {report['hf_generate_lossless']})",
+        "",
+    ]
     for where in reversed(report["hf_generate_disagreements"]):  # inserted one by one: reversed keeps the order
-        lines.insert(1, f"  HF greedy differs on question {where['question_id']} ({where['category']}): turn "
-                        f"{where.get('turn')}, token {where.get('position')}, ours {where.get('ours')} vs HF's "
-                        f"{where.get('theirs')}, logit margin {where.get('margin')}")
+        lines.insert(
+            1,
+            f"  HF greedy differs on question {where['question_id']} ({where['category']}): turn "
+            f"{where.get('turn')}, token {where.get('position')}, ours {where.get('ours')} vs HF's "
+            f"{where.get('theirs')}, logit margin {where.get('margin')}",
+        )
     configs = {label: row for label, row in report["summary"].items() if label != "plain@0"}
     header = f"{'config':<18}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
     lines.append(header)
     for label, row in configs.items():
         al = f"{row['al']:.2f}" if row["al"] is not None else "-"
         versus_hf = row["geomean_speedup_vs_hf_assisted"]
-        lines.append(f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
-                     f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
-                     f"{row['lossless']:>10}")
+        lines.append(
+            f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
+            f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
+            f"{row['lossless']:>10}"
+        )
     lines += ["", "speedup vs plain by category:"]
     categories = sorted({row["category"] for row in report["results"]})
     lines.append(f"{'config':<18}" + "".join(f"{c[:11]:>12}" for c in categories))
     for label in configs:
         name, draft_len = label.rsplit("@", 1)
-        cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"]
-                 if r["drafter"] == name and str(r["draft_len"]) == draft_len}
+        cells = {
+            r["category"]: r["speedup_vs_plain"]
+            for r in report["results"]
+            if r["drafter"] == name and str(r["draft_len"]) == draft_len
+        }
         lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
     lines += ["", "AL by category (95% bootstrap CI over prompts):"]
     lines.append(f"{'config':<18}" + "".join(f"{c[:17]:>18}" for c in categories))
     for label in configs:
         name, draft_len = label.rsplit("@", 1)
-        cells = {r["category"]: _al_with_ci(r) for r in report["results"]
-                 if r["drafter"] == name and str(r["draft_len"]) == draft_len}
+        cells = {
+            r["category"]: _al_with_ci(r)
+            for r in report["results"]
+            if r["drafter"] == name and str(r["draft_len"]) == draft_len
+        }
         lines.append(f"{label:<18}" + "".join(f"{cells[c]:>18}" for c in categories))
     return "\n".join(lines)
 
@@ -53,6 +67,7 @@ def _al_with_ci(row: dict) -> str:
     if row["al"] is None:
         return "-"
     return f"{row['al']:.2f} ({row['al_ci_low']:.2f}-{row['al_ci_high']:.2f})"
+
 
 def _checked_questions(args: argparse.Namespace) -> list:
     """The benchmark's drafters and draft lengths checked, and its prompts (a clear error if there are none)."""
@@ -80,16 +95,19 @@ def bench_speed(args: argparse.Namespace) -> int:
 
     runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + len(args.drafters) * len(args.draft_lens)
     with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
+
         def progress(label: str) -> None:
             bar.set_postfix_str(label)
             bar.update(1)
 
-        report = speed_benchmark(target, questions, args.drafters, args.draft_lens, args.max_new_tokens,
-                                 drafter_options(args), progress)
+        report = speed_benchmark(
+            target, questions, args.drafters, args.draft_lens, args.max_new_tokens, drafter_options(args), progress
+        )
     print(format_speed_table(report))
     if args.json:
         print(json.dumps(report))
     return 0
+
 
 def bench_forward(args: argparse.Namespace) -> int:
     from backend.core.fast_forward import MAX_COMPILED_WIDTH
@@ -97,12 +115,21 @@ def bench_forward(args: argparse.Namespace) -> int:
     from backend.lab.bench_forward import forward_benchmark
 
     if max(args.widths) > MAX_COMPILED_WIDTH or args.context < 1 or args.repeats < 1:
-        raise SpecScopeError(f"widths go up to {MAX_COMPILED_WIDTH} new tokens, and --context and --repeats must "
-                             "be at least 1")
+        raise SpecScopeError(
+            f"widths go up to {MAX_COMPILED_WIDTH} new tokens, and --context and --repeats must be at least 1"
+        )
     target = load_target(args)
     modes = ["eager", "compiled"] if compile_mode(target.model, target.compile) == "on" else ["eager"]
-    report = forward_benchmark(target, modes, args.batch_sizes, tuple(args.widths), args.context, args.repeats,
-                               profile=args.profile, progress=lambda label: print(label, file=sys.stderr, flush=True))
+    report = forward_benchmark(
+        target,
+        modes,
+        args.batch_sizes,
+        tuple(args.widths),
+        args.context,
+        args.repeats,
+        profile=args.profile,
+        progress=lambda label: print(label, file=sys.stderr, flush=True),
+    )
     print(format_forward_table(report))
     if args.json:
         print(json.dumps(report))
@@ -110,11 +137,14 @@ def bench_forward(args: argparse.Namespace) -> int:
 
 
 def format_forward_table(report: dict) -> str:
-    lines = [f"{report['target']} on {report['device']} ({report['dtype']}), {report['context']} tokens cached, "
-             f"median of {report['repeats']}; memory roofline {report['roofline_tps']:.1f} tok/s "
-             f"({report['weight_mb_per_token']:.0f} MB of weights per token at {report['bandwidth_gb_s']:.1f} GB/s)",
-             "plain decoding: " + ", ".join(f"{mode} {tps:.1f} tok/s" for mode, tps in report["plain_tps"].items()),
-             "", f"{'mode':<10}{'B':>4}{'T':>5}{'ms':>9}{'vs T=1':>9}"]
+    lines = [
+        f"{report['target']} on {report['device']} ({report['dtype']}), {report['context']} tokens cached, "
+        f"median of {report['repeats']}; memory roofline {report['roofline_tps']:.1f} tok/s "
+        f"({report['weight_mb_per_token']:.0f} MB of weights per token at {report['bandwidth_gb_s']:.1f} GB/s)",
+        "plain decoding: " + ", ".join(f"{mode} {tps:.1f} tok/s" for mode, tps in report["plain_tps"].items()),
+        "",
+        f"{'mode':<10}{'B':>4}{'T':>5}{'ms':>9}{'vs T=1':>9}",
+    ]
     for row in report["results"]:
         ratio = f"{row['vs_one_token']:.2f}x" if row["vs_one_token"] else "-"
         lines.append(f"{row['mode']:<10}{row['batch_size']:>4}{row['tokens']:>5}{row['ms']:>9.1f}{ratio:>9}")
@@ -133,27 +163,44 @@ def bench_stream(args: argparse.Namespace) -> int:
     make_policy(args.draft_len, free_drafter=True)
     questions = load_suite(args.suite, args.categories, per_category=args.per_category)
     quiet_libraries()
-    report = stream_benchmark(args.target, questions, args.drafter, args.draft_len, args.max_new_tokens,
-                              args.repeats, args.device, args.compile)
+    report = stream_benchmark(
+        args.target,
+        questions,
+        args.drafter,
+        args.draft_len,
+        args.max_new_tokens,
+        args.repeats,
+        args.device,
+        args.compile,
+    )
     memory = report["worker_memory_after_runs_mb"]
-    print(f"{len(report['rows'])} runs of {args.drafter}@{args.draft_len}: worker stream / in process = "
-          f"{report['geomean_worker_over_in_process']:.3f} (geomean); first step record after "
-          f"{1000 * report['median_first_step_s']:.0f} ms (median); worker RSS {memory['rss_mb']:.0f} MB "
-          f"(peak {memory['peak_rss_mb']:.0f} MB); outputs equal: {report['all_outputs_equal']}")
+    print(
+        f"{len(report['rows'])} runs of {args.drafter}@{args.draft_len}: worker stream / in process = "
+        f"{report['geomean_worker_over_in_process']:.3f} (geomean); first step record after "
+        f"{1000 * report['median_first_step_s']:.0f} ms (median); worker RSS {memory['rss_mb']:.0f} MB "
+        f"(peak {memory['peak_rss_mb']:.0f} MB); outputs equal: {report['all_outputs_equal']}"
+    )
     if args.json:
         print(json.dumps(report))
     return 0
 
+
 def format_sweep_table(report: dict) -> str:
     frontier = {(p["drafter"], str(p["draft_len"]), p["batch_size"]) for p in report["frontier"]}
-    lines = [f"sweep {report['sweep_id']}: {len(report['points'])} configurations (* = on the Pareto frontier)", "",
-             f"{'drafter':<10}{'D':>20}{'B':>4}{'tok/s':>9}{'tok/s/user':>12}{'AL':>7}{'95% CI':>15}{'lossless':>10}"]
+    lines = [
+        f"sweep {report['sweep_id']}: {len(report['points'])} configurations (* = on the Pareto frontier)",
+        "",
+        f"{'drafter':<10}{'D':>20}{'B':>4}{'tok/s':>9}{'tok/s/user':>12}{'AL':>7}{'95% CI':>15}{'lossless':>10}",
+    ]
     for p in report["points"]:
         mark = "*" if (p["drafter"], str(p["draft_len"]), p["batch_size"]) in frontier else " "
         ci = f"{p['al_ci_low']:.2f}-{p['al_ci_high']:.2f}"
-        lines.append(f"{p['drafter']:<10}{str(p['draft_len']):>20}{p['batch_size']:>4}{p['throughput_tps']:>9.1f}"
-                     f"{p['interactivity_tps'] or 0:>12.1f}{p['al']:>7.2f}{ci:>15}{str(p['lossless']):>10} {mark}")
+        lines.append(
+            f"{p['drafter']:<10}{str(p['draft_len']):>20}{p['batch_size']:>4}{p['throughput_tps']:>9.1f}"
+            f"{p['interactivity_tps'] or 0:>12.1f}{p['al']:>7.2f}{ci:>15}{str(p['lossless']):>10} {mark}"
+        )
     return "\n".join(lines)
+
 
 def _open_store(path: str | None):
     """The run store file for a command that found no worker; a clear error if a worker holds it."""
@@ -164,8 +211,10 @@ def _open_store(path: str | None):
     try:
         return RunStore(path)
     except duckdb.IOException as error:
-        raise SpecScopeError(f"the run store is open in another process (a worker?): {error}. Point "
-                             "SPECSCOPE_WORKER_URL at that worker, or use --db for another file") from error
+        raise SpecScopeError(
+            f"the run store is open in another process (a worker?): {error}. Point "
+            "SPECSCOPE_WORKER_URL at that worker, or use --db for another file"
+        ) from error
 
 
 def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) -> dict:
@@ -175,10 +224,21 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) 
     store = _open_store(args.db)
     target = load_target(args)
     try:
-        return run_sweep(target, questions, args.drafters, args.draft_lens, args.batch_sizes, args.max_new_tokens,
-                         DrafterOptions(), store, progress, {**record, "max_new_tokens": args.max_new_tokens})
+        return run_sweep(
+            target,
+            questions,
+            args.drafters,
+            args.draft_lens,
+            args.batch_sizes,
+            args.max_new_tokens,
+            DrafterOptions(),
+            store,
+            progress,
+            {**record, "max_new_tokens": args.max_new_tokens},
+        )
     finally:
         store.close()
+
 
 def bench_sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
@@ -186,10 +246,17 @@ def bench_sweep(args: argparse.Namespace) -> int:
     from backend.serving.client import WorkerClient, WorkerError
 
     questions = _checked_questions(args)
-    record = {"suite": str(args.suite), "drafters": args.drafters, "draft_lens": args.draft_lens,
-              "batch_sizes": args.batch_sizes, "categories": args.categories, "prompts": len(questions)}
+    record = {
+        "suite": str(args.suite),
+        "drafters": args.drafters,
+        "draft_lens": args.draft_lens,
+        "batch_sizes": args.batch_sizes,
+        "categories": args.categories,
+        "prompts": len(questions),
+    }
     worker = None if args.local else WorkerClient()
     with tqdm(file=sys.stderr, unit="row", dynamic_ncols=True) as bar:
+
         def progress(label: str, done: int, total: int) -> None:
             bar.total = total
             bar.set_postfix_str(label)
@@ -203,10 +270,17 @@ def bench_sweep(args: argparse.Namespace) -> int:
             report = _sweep_locally(args, questions, record, progress)
         else:
             report = None
-            body = {"questions": [{"question_id": q.question_id, "category": q.category, "turns": list(q.turns)}
-                                  for q in questions], "target": args.target, "drafters": args.drafters,
-                    "draft_lens": args.draft_lens, "batch_sizes": args.batch_sizes,
-                    "max_new_tokens": args.max_new_tokens, "settings": record}
+            body = {
+                "questions": [
+                    {"question_id": q.question_id, "category": q.category, "turns": list(q.turns)} for q in questions
+                ],
+                "target": args.target,
+                "drafters": args.drafters,
+                "draft_lens": args.draft_lens,
+                "batch_sizes": args.batch_sizes,
+                "max_new_tokens": args.max_new_tokens,
+                "settings": record,
+            }
             try:
                 for item in worker.sweep(**body):
                     if item["type"] == "progress":
@@ -251,20 +325,27 @@ def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
 
 def format_codesign(report: dict) -> str:
     ladder = ", ".join(map(str, report["d_ladder"])) or "none up to 64"
-    lines = [f"G = {report['num_attention_heads']} query heads / {report['num_key_value_heads']} KV heads = "
-             f"{report['G']:g}",
-             f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}",
-             f"D with G x (1 + D) a multiple of 128: {ladder}"]
+    lines = [
+        f"G = {report['num_attention_heads']} query heads / {report['num_key_value_heads']} KV heads = {report['G']:g}",
+        f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}",
+        f"D with G x (1 + D) a multiple of 128: {ladder}",
+    ]
     if "measured" in report:
-        lines += ["", f"drafter {report['drafter']}, measured rho = {report['rho']:.4f} (batch size 1):",
-                  f"{'D':>4}{'AL':>7}{'predicted':>11}{'measured':>10}"]
+        lines += [
+            "",
+            f"drafter {report['drafter']}, measured rho = {report['rho']:.4f} (batch size 1):",
+            f"{'D':>4}{'AL':>7}{'predicted':>11}{'measured':>10}",
+        ]
         for d in sorted(report["measured"], key=int):
             lines.append(f"{d:>4}{report['al'][d]:>7.2f}{report['predicted'][d]:>10.2f}x{report['measured'][d]:>9.2f}x")
     else:
         lines += ["", "no sweep stored for this target yet: run `python -m backend bench sweep` to measure"]
     if report.get("recommended_d"):
-        lines += ["", "recommended D by batch size (highest measured throughput): "
-                  + ", ".join(f"B={b}: {d}" for b, d in report["recommended_d"].items())]
+        lines += [
+            "",
+            "recommended D by batch size (highest measured throughput): "
+            + ", ".join(f"B={b}: {d}" for b, d in report["recommended_d"].items()),
+        ]
     for engine, snippet in report.get("snippets", {}).items():
         lines += [f"{engine}: {snippet}"]
     if report.get("snippets_note"):

@@ -21,8 +21,13 @@ def load_target(args: argparse.Namespace):
     quiet_libraries()
     from backend.core.models import load_model
 
-    target = load_model(args.target, device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
-                        compile=getattr(args, "compile", "off"))
+    target = load_model(
+        args.target,
+        device=args.device,
+        dtype=args.dtype,
+        allow_remote_code=args.allow_remote_code,
+        compile=getattr(args, "compile", "off"),
+    )
     warm_up_target(target)
     return target
 

@@ -42,14 +42,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="SpecScope: speculative decoding lab")
     commands = parser.add_subparsers(title="commands")
 
-    run = commands.add_parser("run", help="the dashboard (Streamlit); it starts its own worker",
-                              description="Open the dashboard in a browser at http://localhost:PORT. It starts a "
-                                          "worker unless SPECSCOPE_WORKER_URL points at one.")
+    run = commands.add_parser(
+        "run",
+        help="the dashboard (Streamlit); it starts its own worker",
+        description="Open the dashboard in a browser at http://localhost:PORT. It starts a "
+        "worker unless SPECSCOPE_WORKER_URL points at one.",
+    )
     run.add_argument("--port", type=int, default=8501)
     run.set_defaults(handler=_run_dashboard)
 
-    generate = commands.add_parser("generate", help="decode a prompt (or a suite) with a drafter",
-                                   description="Decode with speculative decoding and show what was accepted.")
+    generate = commands.add_parser(
+        "generate",
+        help="decode a prompt (or a suite) with a drafter",
+        description="Decode with speculative decoding and show what was accepted.",
+    )
     source = generate.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="the prompt text (one user turn)")
     source.add_argument("--prompt-file", type=Path, help="a file holding the prompt text")
@@ -58,16 +64,23 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--categories", type=_names, help="with --suite: only these categories (comma-separated)")
     _add_model_args(generate)
     _add_drafter_args(generate)
-    generate.add_argument("--draft-len", default="auto", type=_draft_len,
-                          help="D, tokens drafted per step (0 = plain decoding), or auto (default)")
+    generate.add_argument(
+        "--draft-len",
+        default="auto",
+        type=_draft_len,
+        help="D, tokens drafted per step (0 = plain decoding), or auto (default)",
+    )
     _add_decoding_args(generate)
     generate.add_argument("--json", action="store_true", help="print JSON (one object per prompt per line)")
     generate.set_defaults(handler=_generate)
 
     bench = commands.add_parser("bench", help="benchmarks").add_subparsers(title="benchmarks")
-    speed = bench.add_parser("speed", help="end-to-end speed vs plain decoding and Hugging Face",
-                             description="Per prompt: plain decoding, HF generate, HF prompt-lookup assisted "
-                                         "generation and every drafter at every D, interleaved in one process.")
+    speed = bench.add_parser(
+        "speed",
+        help="end-to-end speed vs plain decoding and Hugging Face",
+        description="Per prompt: plain decoding, HF generate, HF prompt-lookup assisted "
+        "generation and every drafter at every D, interleaved in one process.",
+    )
     speed.add_argument("--suite", type=Path, required=True, help="a question.jsonl suite")
     speed.add_argument("--limit", type=int, help="only the first N prompts (after --categories)")
     speed.add_argument("--categories", type=_names, help="only these categories (comma-separated)")
@@ -78,13 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(speed)
     _add_drafter_args(speed, with_name=False)
-    speed.set_defaults(handler=lambda args: _bench('speed', args))
+    speed.set_defaults(handler=lambda args: _bench("speed", args))
 
-    forward = bench.add_parser("forward", help="cost of one target pass of T new tokens, eager beside compiled",
-                               description="Times a pass of T = 1..32 new tokens on a cache of --context tokens at "
-                                           "each batch size, eager (Hugging Face's forward) and compiled (static "
-                                           "cache + torch.compile; with --compile off, eager only), interleaved; "
-                                           "medians and the ratio to T = 1, the memory roofline and plain tok/s.")
+    forward = bench.add_parser(
+        "forward",
+        help="cost of one target pass of T new tokens, eager beside compiled",
+        description="Times a pass of T = 1..32 new tokens on a cache of --context tokens at "
+        "each batch size, eager (Hugging Face's forward) and compiled (static "
+        "cache + torch.compile; with --compile off, eager only), interleaved; "
+        "medians and the ratio to T = 1, the memory roofline and plain tok/s.",
+    )
     forward.add_argument("--batch-sizes", type=_sizes, default=[1, 16])
     forward.add_argument("--widths", type=_sizes, default=[1, 2, 4, 8, 16, 32], help="new tokens per pass")
     forward.add_argument("--context", type=int, default=200, help="tokens already cached")
@@ -92,15 +108,22 @@ def build_parser() -> argparse.ArgumentParser:
     forward.add_argument("--profile", action="store_true", help="top operators of a 1- and a 9-token pass per mode")
     forward.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(forward)
-    forward.set_defaults(handler=lambda args: _bench('forward', args))
+    forward.set_defaults(handler=lambda args: _bench("forward", args))
 
-    sweep = bench.add_parser("sweep", help="drafters x D x batch sizes, stored in DuckDB, with the Pareto frontier",
-                             description="Runs the grid with the batched engine and stores every point (through "
-                                         "the worker when one answers, else directly into the DuckDB file).")
+    sweep = bench.add_parser(
+        "sweep",
+        help="drafters x D x batch sizes, stored in DuckDB, with the Pareto frontier",
+        description="Runs the grid with the batched engine and stores every point (through "
+        "the worker when one answers, else directly into the DuckDB file).",
+    )
     sweep.add_argument("--suite", type=Path, required=True)
     sweep.add_argument("--drafters", type=_names, default=["ngram", "suffix"])
-    sweep.add_argument("--draft-lens", type=_draft_lens, default=[0, 2, 4, 8],
-                       help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)")
+    sweep.add_argument(
+        "--draft-lens",
+        type=_draft_lens,
+        default=[0, 2, 4, 8],
+        help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)",
+    )
     sweep.add_argument("--batch-sizes", type=_sizes, default=[1, 2, 4, 8, 16])
     sweep.add_argument("--max-new-tokens", type=int, default=64)
     sweep.add_argument("--categories", type=_names)
@@ -114,12 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
     sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
     sweep.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
-    sweep.set_defaults(handler=lambda args: _bench('sweep', args))
+    sweep.set_defaults(handler=lambda args: _bench("sweep", args))
 
-    stream = bench.add_parser("stream", help="tokens/s through the worker's stream vs in process; memory",
-                              description="Decodes the same prompts in this process and through a worker "
-                                          "process, alternating; reports the ratio, the time to the first step "
-                                          "record and the worker's resident memory.")
+    stream = bench.add_parser(
+        "stream",
+        help="tokens/s through the worker's stream vs in process; memory",
+        description="Decodes the same prompts in this process and through a worker "
+        "process, alternating; reports the ratio, the time to the first step "
+        "record and the worker's resident memory.",
+    )
     stream.add_argument("--suite", type=Path, required=True)
     stream.add_argument("--per-category", type=int, default=1)
     stream.add_argument("--categories", type=_names)
@@ -131,54 +157,80 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--device", default="auto")
     _add_compile_arg(stream)
     stream.add_argument("--json", action="store_true")
-    stream.set_defaults(handler=lambda args: _bench('stream', args))
+    stream.set_defaults(handler=lambda args: _bench("stream", args))
 
-    codesign = commands.add_parser("codesign", help="the draft-length rules for a target, next to measurements",
-                                   description="G, D = 128/G - 1, the D ladder, predicted vs measured speedup by D "
-                                               "and the recommended D per batch size from stored sweeps.")
+    codesign = commands.add_parser(
+        "codesign",
+        help="the draft-length rules for a target, next to measurements",
+        description="G, D = 128/G - 1, the D ladder, predicted vs measured speedup by D "
+        "and the recommended D per batch size from stored sweeps.",
+    )
     codesign.add_argument("--target", default="default")
     codesign.add_argument("--drafter", help="the drafter to analyse (default: the fastest measured)")
     codesign.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
     codesign.add_argument("--json", action="store_true")
     codesign.set_defaults(handler=lambda args: _bench("codesign", args))
 
-    trainer = commands.add_parser("train", help="train a drafter (eagle3, mtp, dflash, dspark, draft-model) for a "
-                                                         "target",
-                                  description="Self-distillation: the target answers instructions built from "
-                                              "Python's own documentation and source; its hidden states are "
-                                              "cached once and reused by every drafter. Resumes from the output "
-                                              "folder's checkpoint.")
+    trainer = commands.add_parser(
+        "train",
+        help="train a drafter (eagle3, mtp, dflash, dspark, draft-model) for a target",
+        description="Self-distillation: the target answers instructions built from "
+        "Python's own documentation and source; its hidden states are "
+        "cached once and reused by every drafter. Resumes from the output "
+        "folder's checkpoint.",
+    )
     trainer.add_argument("--kind", required=True)
     trainer.add_argument("--target", default="default")
     trainer.add_argument("--out", required=True, help="output folder (weights, checkpoint, model card)")
     trainer.add_argument("--tokens", type=int, default=200_000, help="training window tokens to see")
-    trainer.add_argument("--minutes", type=float, help="stop training after this long (or at --tokens, if sooner; "
-                                                       "validation time is not counted); the learning-rate "
-                                                       "schedule follows the time")
+    trainer.add_argument(
+        "--minutes",
+        type=float,
+        help="stop training after this long (or at --tokens, if sooner; "
+        "validation time is not counted); the learning-rate "
+        "schedule follows the time",
+    )
     trainer.add_argument("--data-tokens", type=int, default=60_000, help="sequence tokens to distil and cache")
-    trainer.add_argument("--distil-minutes", type=float, help="stop distilling each split after this long (the cache "
-                                                                    "resumes; 0: train on what is cached)")
+    trainer.add_argument(
+        "--distil-minutes",
+        type=float,
+        help="stop distilling each split after this long (the cache resumes; 0: train on what is cached)",
+    )
     trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
-    trainer.add_argument("--distil-only", action="store_true",
-                         help="fill the shared distillation cache and stop (several kinds can then train at once)")
-    trainer.add_argument("--validation-prompts", type=int, default=8,
-                         help="held-out instructions the drafter is run on at each validation")
+    trainer.add_argument(
+        "--distil-only",
+        action="store_true",
+        help="fill the shared distillation cache and stop (several kinds can then train at once)",
+    )
+    trainer.add_argument(
+        "--validation-prompts",
+        type=int,
+        default=8,
+        help="held-out instructions the drafter is run on at each validation",
+    )
     trainer.add_argument("--answer-tokens", type=int, default=160, help="max new tokens per target answer")
     trainer.add_argument("--window", type=int, default=256)
     trainer.add_argument("--rows", type=int, default=8)
     trainer.add_argument("--lr", type=float, default=1e-3)
     trainer.add_argument("--validate-every", type=int, default=100)
-    trainer.add_argument("--eval-per-category", type=int, default=0,
-                         help="prompts per category of the suite to measure AL by D on for the model card")
+    trainer.add_argument(
+        "--eval-per-category",
+        type=int,
+        default=0,
+        help="prompts per category of the suite to measure AL by D on for the model card",
+    )
     trainer.add_argument("--settings", help="JSON object of the mechanism's settings (layers, vocabulary, ...)")
     trainer.add_argument("--device", default="auto")
     trainer.add_argument("--dtype", default="auto")
     trainer.add_argument("--allow-remote-code", action="store_true")
     trainer.set_defaults(handler=_train)
 
-    worker = commands.add_parser("worker", help="serve models over HTTP for the dashboard (FastAPI + uvicorn)",
-                                 description="The worker owns the models and the device and is the only writer "
-                                             "of the DuckDB run store. OpenAPI docs at /docs.")
+    worker = commands.add_parser(
+        "worker",
+        help="serve models over HTTP for the dashboard (FastAPI + uvicorn)",
+        description="The worker owns the models and the device and is the only writer "
+        "of the DuckDB run store. OpenAPI docs at /docs.",
+    )
     worker.add_argument("--host", default="127.0.0.1", help="bind address (non-loopback needs SPECSCOPE_TOKEN)")
     worker.add_argument("--port", type=int, default=8765)
     worker.add_argument("--db", help="DuckDB file (default $SPECSCOPE_DB or data/specscope.duckdb)")
@@ -200,8 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--target", default="default",
-                        help="target model: default (SmolLM2-135M-Instruct), a HF id, a folder or a .gguf file")
+    parser.add_argument(
+        "--target",
+        default="default",
+        help="target model: default (SmolLM2-135M-Instruct), a HF id, a folder or a .gguf file",
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
@@ -209,10 +264,14 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_compile_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--compile", choices=("auto", "on", "off"), default=os.environ.get("SPECSCOPE_COMPILE", "auto"),
-                        help="the target's passes: on = static KV cache + torch.compile graphs (Llama-family "
-                             "models; compiled once at start), off = Hugging Face's eager forward, auto (default, "
-                             "or $SPECSCOPE_COMPILE) = on where the model and machine allow it")
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default=os.environ.get("SPECSCOPE_COMPILE", "auto"),
+        help="the target's passes: on = static KV cache + torch.compile graphs (Llama-family "
+        "models; compiled once at start), off = Hugging Face's eager forward, auto (default, "
+        "or $SPECSCOPE_COMPILE) = on where the model and machine allow it",
+    )
 
 
 def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -> None:
@@ -221,13 +280,19 @@ def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -
 
     if with_name:
         parser.add_argument("--drafter", default="suffix", help=f"one of {', '.join(DRAFTER_NAMES)} (default suffix)")
-    users = {info.name: [name for name, spec in REGISTRY.items() if info in spec.option_infos()]
-             for info in all_options()}
+    users = {
+        info.name: [name for name, spec in REGISTRY.items() if info in spec.option_infos()] for info in all_options()
+    }
     for info in all_options():
         default = "" if info.default is None else f" (default {info.default})"
-        parser.add_argument(info.flag, dest=info.name, type=_checked(info), default=info.default,
-                            metavar=info.kind.__name__.upper(), help=f"{'/'.join(users[info.name])}: {info.help}"
-                                                                     f"{default}")
+        parser.add_argument(
+            info.flag,
+            dest=info.name,
+            type=_checked(info),
+            default=info.default,
+            metavar=info.kind.__name__.upper(),
+            help=f"{'/'.join(users[info.name])}: {info.help}{default}",
+        )
 
 
 def _checked(info):
@@ -255,8 +320,13 @@ def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
 def _bench(command: str, args: argparse.Namespace) -> int:
     from backend.cli import bench as cli_bench
 
-    handlers = {"speed": cli_bench.bench_speed, "forward": cli_bench.bench_forward, "sweep": cli_bench.bench_sweep,
-                "stream": cli_bench.bench_stream, "codesign": cli_bench.codesign}
+    handlers = {
+        "speed": cli_bench.bench_speed,
+        "forward": cli_bench.bench_forward,
+        "sweep": cli_bench.bench_sweep,
+        "stream": cli_bench.bench_stream,
+        "codesign": cli_bench.codesign,
+    }
     return handlers[command](args)
 
 
@@ -314,8 +384,10 @@ def _generate(args: argparse.Namespace) -> int:
 
     make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
     settings = GenerationSettings(
-        max_new_tokens=args.max_new_tokens, draft_len=args.draft_len,
-        sampling=SamplingParams(args.temperature, args.top_p, args.top_k), seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        draft_len=args.draft_len,
+        sampling=SamplingParams(args.temperature, args.top_p, args.top_k),
+        seed=args.seed,
         stop_strings=tuple(args.stop),
     )
     if args.suite is not None:
@@ -373,16 +445,18 @@ def render_marked(decode, steps, ansi: bool) -> str:
                 continue
             before = decode(ids)
             ids += chunk
-            text = decode(ids)[len(before):]
+            text = decode(ids)[len(before) :]
             pieces.append(f"{opened}{text}{closed}" if is_draft and text else text)
     return "".join(pieces)
 
 
 def _summary_line(summary: dict, finish_reason: str | None) -> str:
     rho = f"{summary['rho']:.3f}" if summary["rho"] is not None else "-"
-    return (f"AL {summary['al']:.2f} | acceptance {100 * summary['acceptance_rate']:.1f}% | "
-            f"{summary['new_tokens']} tokens in {summary['decode_s']:.2f} s ({summary['tokens_per_s']:.1f} tok/s) | "
-            f"{summary['target_forwards']} target forwards | rho {rho} | finish {finish_reason}")
+    return (
+        f"AL {summary['al']:.2f} | acceptance {100 * summary['acceptance_rate']:.1f}% | "
+        f"{summary['new_tokens']} tokens in {summary['decode_s']:.2f} s ({summary['tokens_per_s']:.1f} tok/s) | "
+        f"{summary['target_forwards']} target forwards | rho {rho} | finish {finish_reason}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -392,8 +466,19 @@ def _summary_line(summary: dict, finish_reason: str | None) -> str:
 def _run_dashboard(args: argparse.Namespace) -> int:
     app = Path(__file__).resolve().parents[2] / "app.py"  # beside backend/, in a checkout or installed
     print(f"SpecScope: open http://localhost:{args.port}", file=sys.stderr, flush=True)
-    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true", "--server.port",
-               str(args.port), "--browser.gatherUsageStats", "false"]
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(args.port),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     return subprocess.call(command, cwd=app.parent)
 
 
@@ -402,10 +487,16 @@ def _worker(args: argparse.Namespace) -> int:
     from backend.serving.worker import WorkerSettings, serve
 
     settings = WorkerSettings(
-        db_path=args.db, default_target=args.default_target,
-        preload=args.preload if args.preload is not None else [args.default_target], extra_targets=args.targets,
-        device=args.device, dtype=args.dtype, allow_remote_code=args.allow_remote_code,
-        model_budget_gb=args.model_budget_gb, compile=args.compile, log_file=args.log_file,
+        db_path=args.db,
+        default_target=args.default_target,
+        preload=args.preload if args.preload is not None else [args.default_target],
+        extra_targets=args.targets,
+        device=args.device,
+        dtype=args.dtype,
+        allow_remote_code=args.allow_remote_code,
+        model_budget_gb=args.model_budget_gb,
+        compile=args.compile,
+        log_file=args.log_file,
     )
     print(f"SpecScope worker on http://{args.host}:{args.port} (docs at /docs)", file=sys.stderr, flush=True)
     serve(args.host, args.port, settings)

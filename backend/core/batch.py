@@ -63,13 +63,14 @@ class BatchEngine:
     def __init__(self, engine: SpeculativeEngine) -> None:
         self.engine = engine
 
-    def generate(self, prompts: list[list[int]], drafter: Drafter | None,
-                 settings: GenerationSettings) -> BatchResult:
+    def generate(self, prompts: list[list[int]], drafter: Drafter | None, settings: GenerationSettings) -> BatchResult:
         """Decode all prompts together (greedy or sampled, per-row seeds settings.seed + row)."""
         engine = self.engine
         active: list[int] = list(range(len(prompts)))  # original row numbers still decoding
-        sequences = [Sequence(engine, prompt, drafter, _row_settings(settings, row), batch_size=lambda: len(active))
-                     for row, prompt in enumerate(prompts)]
+        sequences = [
+            Sequence(engine, prompt, drafter, _row_settings(settings, row), batch_size=lambda: len(active))
+            for row, prompt in enumerate(prompts)
+        ]
         times: dict[int, list[float]] = {row: [] for row in active}
         started = engine.clock()
         hidden_layers = drafter.target_hidden_layers if drafter else ()
@@ -110,8 +111,10 @@ class BatchEngine:
         started = engine.clock()
         result = cache.forward(inputs, [len(row) for row in tokens], bool(hidden_layers))
         logits = result.logits  # [B, K+1, V]
-        verdicts = [sequence.verify(logits[i, : len(step.drafted) + 1], step)
-                    for i, (sequence, step) in enumerate(zip(rows, pending, strict=True))]
+        verdicts = [
+            sequence.verify(logits[i, : len(step.drafted) + 1], step)
+            for i, (sequence, step) in enumerate(zip(rows, pending, strict=True))
+        ]
         cache.accept([verdict.accepted + 1 for verdict in verdicts])
         verify_s = engine.clock() - started
         for i, (sequence, step, verdict) in enumerate(zip(rows, pending, verdicts, strict=True)):
@@ -122,10 +125,17 @@ class BatchEngine:
     @staticmethod
     def _row_result(sequence: Sequence, times: list[float]) -> RowResult:
         emitting = [t for t, step in zip(times, sequence.steps, strict=True) if step.emitted]
-        return RowResult(sequence.prompt_ids, sequence.output_ids, sequence.steps, sequence.finish_reason,
-                         emitting[0] if emitting else 0.0, emitting[-1] if emitting else 0.0)
+        return RowResult(
+            sequence.prompt_ids,
+            sequence.output_ids,
+            sequence.steps,
+            sequence.finish_reason,
+            emitting[0] if emitting else 0.0,
+            emitting[-1] if emitting else 0.0,
+        )
 
 
 def _row_settings(settings: GenerationSettings, row: int) -> GenerationSettings:
-    return GenerationSettings(settings.max_new_tokens, settings.draft_len, settings.sampling, settings.seed + row,
-                              settings.stop_strings)
+    return GenerationSettings(
+        settings.max_new_tokens, settings.draft_len, settings.sampling, settings.seed + row, settings.stop_strings
+    )

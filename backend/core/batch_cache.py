@@ -60,7 +60,7 @@ class RaggedRows:
         """Row i keeps the first kept[i] of the slots the last pass added."""
         slots = self.valid.shape[1]
         for row, count in enumerate(kept):
-            self._mask[row, slots + count:] = False  # rejected drafts and padding stay masked
+            self._mask[row, slots + count :] = False  # rejected drafts and padding stay masked
         keep = slots + max(kept)
         trim_cache(self.cache, keep)
         self.valid = self._mask[:, :keep]
@@ -83,8 +83,9 @@ class StaticRows:
         self.cache = self.fast.new_cache(longest + 2 * room + 1, len(sequences))
         for row, single in enumerate(caches):
             length = single.get_seq_length()
-            for batch_layer, row_layer in zip(self.cache.keys + self.cache.values, single.keys + single.values,
-                                              strict=True):
+            for batch_layer, row_layer in zip(
+                self.cache.keys + self.cache.values, single.keys + single.values, strict=True
+            ):
                 batch_layer[row, :, :length] = row_layer[0, :, :length]
             self.cache.lengths[row] = length
         self._before = self.cache.lengths

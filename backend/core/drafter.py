@@ -46,9 +46,11 @@ class DrafterCost:
         return self.tle_per_token / self.target_tle_per_forward
 
     def to_dict(self) -> dict:
-        return {"tle_per_token": round(self.tle_per_token, 3),
-                "target_tle_per_forward": round(self.target_tle_per_forward, 3),
-                "nominal_rho": round(self.nominal_rho, 4)}
+        return {
+            "tle_per_token": round(self.tle_per_token, 3),
+            "target_tle_per_forward": round(self.target_tle_per_forward, 3),
+            "nominal_rho": round(self.nominal_rho, 4),
+        }
 
 
 @dataclass

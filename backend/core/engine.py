@@ -75,9 +75,16 @@ class PendingStep:
 class Sequence:
     """One sequence's state across steps: what it has committed, how it drafts and when it stops."""
 
-    def __init__(self, engine: SpeculativeEngine, prompt_ids: list[int], drafter: Drafter | None,
-                 settings: GenerationSettings, decode: Callable[[list[int]], str] | None = None,
-                 reference: list[int] | None = None, batch_size: Callable[[], int] = lambda: 1) -> None:
+    def __init__(
+        self,
+        engine: SpeculativeEngine,
+        prompt_ids: list[int],
+        drafter: Drafter | None,
+        settings: GenerationSettings,
+        decode: Callable[[list[int]], str] | None = None,
+        reference: list[int] | None = None,
+        batch_size: Callable[[], int] = lambda: 1,
+    ) -> None:
         self.engine = engine
         self.prompt_ids = list(prompt_ids)
         self.drafter = drafter
@@ -86,7 +93,8 @@ class Sequence:
         self.reference = reference  # replay: verify against this target rollout instead of sampling
         self.policy: DraftLengthPolicy = make_policy(
             settings.draft_len if drafter is not None else 0,
-            free_drafter=drafter is not None and drafter.free_to_propose, batch_size=batch_size,
+            free_drafter=drafter is not None and drafter.free_to_propose,
+            batch_size=batch_size,
         )
         self.max_new_tokens = engine.check_request(self.prompt_ids, settings)
         if reference is not None:
@@ -131,9 +139,15 @@ class Sequence:
         """The acceptance rule on this sequence's slice of a verification pass.
         logits: [k+1, V] for [newest token, d_1..d_k]."""
         drafted, draft_probs = pending.drafted, pending.draft.probs
-        replay = self.reference[len(self.output_ids):] if self.reference is not None else None
-        return verify(logits, drafted, draft_probs[: len(drafted)] if draft_probs is not None else None,
-                      self.settings.sampling, replay, self.generator)
+        replay = self.reference[len(self.output_ids) :] if self.reference is not None else None
+        return verify(
+            logits,
+            drafted,
+            draft_probs[: len(drafted)] if draft_probs is not None else None,
+            self.settings.sampling,
+            replay,
+            self.generator,
+        )
 
     def shown_probs(self, logits: torch.Tensor, verdict: Verdict) -> torch.Tensor:
         """The probabilities shown on hover, [k+1, V]: what sampling used, or softmax at T=1 when greedy.
@@ -143,8 +157,14 @@ class Sequence:
             return verdict.probs
         return torch.softmax(logits, dim=-1) if sampling.greedy else target_probs(logits, sampling)
 
-    def commit(self, pending: PendingStep, verdict: Verdict, shown: torch.Tensor, verify_s: float,
-               hidden: dict[int, torch.Tensor] | None = None) -> StepEvent:
+    def commit(
+        self,
+        pending: PendingStep,
+        verdict: Verdict,
+        shown: torch.Tensor,
+        verify_s: float,
+        hidden: dict[int, torch.Tensor] | None = None,
+    ) -> StepEvent:
         """Append what the step kept, apply the stop rules, tell the policy and the drafter."""
         drafted, draft = pending.drafted, pending.draft
         new_tokens = [*drafted[: verdict.accepted], verdict.token]
@@ -152,8 +172,7 @@ class Sequence:
         shown_of = shown[[*range(len(drafted)), verdict.accepted], [*drafted, verdict.token]].tolist()
         emitted, finish = self._cut_at_stops(new_tokens)
         first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
-        self.policy.observe(len(drafted), verdict.accepted, pending.draft_s + verify_s, draft.evidence,
-                            first_matched)
+        self.policy.observe(len(drafted), verdict.accepted, pending.draft_s + verify_s, draft.evidence, first_matched)
         event = StepEvent(
             index=len(self.steps),
             draft_len=pending.cap,
@@ -270,8 +289,14 @@ class SpeculativeEngine:
         """The compile mode in use: "on" or "off"."""
         return self.passes.compile
 
-    def generate(self, prompt_ids: list[int], drafter: Drafter | None, settings: GenerationSettings,
-                 decode: Callable[[list[int]], str] | None = None, reference: list[int] | None = None) -> Generation:
+    def generate(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None,
+        settings: GenerationSettings,
+        decode: Callable[[list[int]], str] | None = None,
+        reference: list[int] | None = None,
+    ) -> Generation:
         """A request; with `reference` (a target rollout) drafts are scored against it (replay)."""
         return Generation(self, Sequence(self, prompt_ids, drafter, settings, decode, reference))
 

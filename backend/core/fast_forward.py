@@ -85,8 +85,17 @@ class _FusedLayer(nn.Module):
         self.q_size = attention.q_proj.out_features
         self.kv_size = attention.k_proj.out_features
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, visible: torch.Tensor,
-                rows: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        visible: torch.Tensor,
+        rows: torch.Tensor,
+        positions: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+    ) -> torch.Tensor:
         batch, width, _ = x.shape
         q, k, v = self.qkv(self.input_norm(x)).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(batch, width, -1, self.head_dim).transpose(1, 2)  # [B, heads, T, hd]
@@ -94,8 +103,9 @@ class _FusedLayer(nn.Module):
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         keys[rows, :, positions] = k.transpose(1, 2)  # [B, T, kv_heads, hd] into each row's slots
         values[rows, :, positions] = v.view(batch, width, -1, self.head_dim)
-        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible,
-                                                  enable_gqa=True)  # [B, heads, T, hd]
+        attended = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=visible, enable_gqa=True
+        )  # [B, heads, T, hd]
         x = x + self.o_proj(attended.transpose(1, 2).reshape(batch, width, -1))
         gate, up = self.gate_up(self.post_attention_norm(x)).chunk(2, dim=-1)
         return x + self.down_proj(self.act(gate) * up)
@@ -111,8 +121,14 @@ class _FusedModel(nn.Module):
         self.norm = decoder.norm
         self.lm_head = model.get_output_embeddings()
 
-    def forward(self, ids: torch.Tensor, lengths: torch.Tensor, keys: list[torch.Tensor],
-                values: list[torch.Tensor], last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        lengths: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """ids [B, T] at slots lengths[b] + t. Returns logits [B, T, V] ([B, 1, V] with last_only) and
         hidden [L+1, B, T, H]."""
         batch, width = ids.shape
@@ -178,8 +194,13 @@ class FastForward:
 def _concatenated(linears: list[nn.Linear]) -> nn.Linear:
     """One Linear computing several (same input) side by side: one GEMM instead of several."""
     first = linears[0]
-    fused = nn.Linear(first.in_features, sum(lin.out_features for lin in linears), bias=first.bias is not None,
-                      device=first.weight.device, dtype=first.weight.dtype)
+    fused = nn.Linear(
+        first.in_features,
+        sum(lin.out_features for lin in linears),
+        bias=first.bias is not None,
+        device=first.weight.device,
+        dtype=first.weight.dtype,
+    )
     with torch.no_grad():
         fused.weight.copy_(torch.cat([lin.weight for lin in linears]))
         if first.bias is not None:

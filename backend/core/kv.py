@@ -61,13 +61,25 @@ def cached_forward(
 
 
 @torch.inference_mode()
-def batched_forward(model: PreTrainedModel, inputs: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor,
-                    cache: DynamicCache, want_hidden: bool = False) -> ForwardResult:
+def batched_forward(
+    model: PreTrainedModel,
+    inputs: torch.Tensor,
+    valid: torch.Tensor,
+    positions: torch.Tensor,
+    cache: DynamicCache,
+    want_hidden: bool = False,
+) -> ForwardResult:
     """inputs [B, T] on top of a batch cache; valid [B, slots + T] marks the slots each row may attend
     to; positions [B, T] are each row's RoPE positions. Returns logits [B, T, V] (float32) and, when
     asked for, the hidden states per layer index, [B, T, H]."""
-    out = model(input_ids=inputs, attention_mask=valid, position_ids=positions, use_cache=True,
-                output_hidden_states=want_hidden, **{_cache_keyword(type(model)): cache})
+    out = model(
+        input_ids=inputs,
+        attention_mask=valid,
+        position_ids=positions,
+        use_cache=True,
+        output_hidden_states=want_hidden,
+        **{_cache_keyword(type(model)): cache},
+    )
     return ForwardResult(out.logits.float(), tuple(out.hidden_states) if want_hidden else None)
 
 
@@ -84,13 +96,16 @@ def _cache_keyword(model_class: type) -> str:
 def full_attention_layers(cache: DynamicCache) -> list:
     layers = list(cache.layers)
     if any(getattr(layer, "is_sliding", False) for layer in layers):
-        raise ValueError("batched decoding needs a model whose layers all use full attention "
-                         "(this one has sliding-window layers): decode its prompts one at a time")
+        raise ValueError(
+            "batched decoding needs a model whose layers all use full attention "
+            "(this one has sliding-window layers): decode its prompts one at a time"
+        )
     return layers
 
 
-def stack_caches(caches: list[DynamicCache], template: DynamicCache,
-                 device: torch.device) -> tuple[DynamicCache, torch.Tensor]:
+def stack_caches(
+    caches: list[DynamicCache], template: DynamicCache, device: torch.device
+) -> tuple[DynamicCache, torch.Tensor]:
     """Left-pad single-sequence caches into `template`. Returns (cache, valid [batch, slots] bool)."""
     lengths = [cache.get_seq_length() for cache in caches]
     slots = max(lengths)
@@ -113,7 +128,7 @@ def stack_caches(caches: list[DynamicCache], template: DynamicCache,
         target.keys, target.values = torch.cat(keys), torch.cat(values)  # [batch, kv_heads, slots, head_dim]
     valid = torch.zeros(len(caches), slots, dtype=torch.bool, device=device)
     for row, length in enumerate(lengths):
-        valid[row, slots - length:] = True
+        valid[row, slots - length :] = True
     return template, valid
 
 
@@ -134,8 +149,8 @@ def compact(cache: DynamicCache, valid: torch.Tensor) -> torch.Tensor:
     new_valid = torch.zeros(valid.shape[0], slots, dtype=torch.bool, device=valid.device)
     for row in range(valid.shape[0]):
         n = int(counts[row])
-        index[row, slots - n:] = order[row, :n]
-        new_valid[row, slots - n:] = True
+        index[row, slots - n :] = order[row, :n]
+        new_valid[row, slots - n :] = True
     for layer in full_attention_layers(cache):
         gather = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
         layer.keys = torch.gather(layer.keys, 2, gather)  # padding slots hold copies of slot 0: masked anyway

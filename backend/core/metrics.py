@@ -107,8 +107,11 @@ class AcceptanceCounter:
         self.drafted_tokens += other.drafted_tokens
         self.accepted_tokens += other.accepted_tokens
         self._fit(len(other.reached_per_position))
-        pairs = ((self.accepted_per_position, other.accepted_per_position),
-                 (self.reached_per_position, other.reached_per_position), (self.histogram, other.histogram))
+        pairs = (
+            (self.accepted_per_position, other.accepted_per_position),
+            (self.reached_per_position, other.reached_per_position),
+            (self.histogram, other.histogram),
+        )
         for mine, theirs in pairs:
             _grow(mine, len(theirs))
             for k, count in enumerate(theirs):
@@ -130,9 +133,10 @@ class AcceptanceCounter:
             accepted_tokens=self.accepted_tokens,
             histogram=histogram,
             survival=[accepted / self.drafts for accepted in self.accepted_per_position] if self.drafts else [],
-            conditional=[accepted / reached if reached else None
-                         for accepted, reached in zip(self.accepted_per_position, self.reached_per_position,
-                                                      strict=True)],
+            conditional=[
+                accepted / reached if reached else None
+                for accepted, reached in zip(self.accepted_per_position, self.reached_per_position, strict=True)
+            ],
         )
 
 

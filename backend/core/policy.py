@@ -40,8 +40,9 @@ class DraftLengthPolicy(Protocol):
         """How many of `available` drafted tokens to verify (0 = a plain step)."""
         ...
 
-    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
-                first_matched: bool | None) -> None:
+    def observe(
+        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
+    ) -> None:
         """What a step did: `first_matched` tells whether the first draft equalled the target's token
         (known for a verified draft, and for an unverified one by comparing it afterwards)."""
         ...
@@ -55,8 +56,9 @@ class FixedDraftLength:
     def choose(self, available: int, evidence: str | None) -> int:
         return min(self.cap, available)
 
-    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
-                first_matched: bool | None) -> None:
+    def observe(
+        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
+    ) -> None:
         pass
 
 
@@ -80,8 +82,9 @@ class DecayedRate:
 class AdaptiveDraftLength:
     label = "auto"
 
-    def __init__(self, free_drafter: bool, d_max: int = 32, d_start: int = 4, decay: float = 0.8,
-                 probe_every: int = 16) -> None:
+    def __init__(
+        self, free_drafter: bool, d_max: int = 32, d_start: int = 4, decay: float = 0.8, probe_every: int = 16
+    ) -> None:
         self.free_drafter = free_drafter
         self.d_max = d_max
         self.cap = min(d_start, d_max)
@@ -113,8 +116,9 @@ class AdaptiveDraftLength:
                 best_k, best_rate = k, rate
         return best_k
 
-    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
-                first_matched: bool | None) -> None:
+    def observe(
+        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
+    ) -> None:
         previous = self.step_seconds.get(verified)
         self.step_seconds[verified] = seconds if previous is None else 0.7 * previous + 0.3 * seconds
         if first_matched is not None:
@@ -162,8 +166,9 @@ class ScheduledDraftLength:
     def choose(self, available: int, evidence: str | None) -> int:
         return min(self.cap, available)
 
-    def observe(self, verified: int, accepted: int, seconds: float, evidence: str | None,
-                first_matched: bool | None) -> None:
+    def observe(
+        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
+    ) -> None:
         pass
 
 
@@ -179,8 +184,9 @@ def parse_schedule(text: str) -> dict[int, int]:
     return table
 
 
-def make_policy(draft_len: int | str, free_drafter: bool,
-                batch_size: Callable[[], int] = lambda: 1) -> DraftLengthPolicy:
+def make_policy(
+    draft_len: int | str, free_drafter: bool, batch_size: Callable[[], int] = lambda: 1
+) -> DraftLengthPolicy:
     """`draft_len` is an int D (0 = plain decoding), "auto", or "schedule:B=D/..." (D by batch size)."""
     if draft_len == "auto":
         return AdaptiveDraftLength(free_drafter=free_drafter)
@@ -189,8 +195,9 @@ def make_policy(draft_len: int | str, free_drafter: bool,
     try:
         value = int(draft_len)
     except (TypeError, ValueError) as error:
-        raise SpecScopeError(f"draft length must be an integer 0..{MAX_DRAFT_LEN} or 'auto', "
-                             f"got {draft_len!r}") from error
+        raise SpecScopeError(
+            f"draft length must be an integer 0..{MAX_DRAFT_LEN} or 'auto', got {draft_len!r}"
+        ) from error
     if not 0 <= value <= MAX_DRAFT_LEN:
         raise SpecScopeError(f"draft length must be between 0 and {MAX_DRAFT_LEN} (or 'auto'), got {value}")
     return FixedDraftLength(value)

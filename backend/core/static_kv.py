@@ -25,8 +25,16 @@ class StaticKV:
     lengths: torch.Tensor  # [batch] long: slots 0 .. length-1 of each row hold real tokens
 
     @classmethod
-    def allocate(cls, layers: int, batch: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> StaticKV:
+    def allocate(
+        cls,
+        layers: int,
+        batch: int,
+        kv_heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> StaticKV:
         capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
         shape = (batch, kv_heads, capacity, head_dim)
         keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]

@@ -40,8 +40,9 @@ class EagerPasses:
         prepare_for_rollback(cache)
         return result
 
-    def forward(self, tokens: list[int], cache: DynamicCache, want_hidden: bool,
-                last_only: bool = False) -> ForwardResult:
+    def forward(
+        self, tokens: list[int], cache: DynamicCache, want_hidden: bool, last_only: bool = False
+    ) -> ForwardResult:
         """Logits of every new position, or (last_only) of the last one."""
         return cached_forward(self.model, tokens, cache, want_hidden, logits_to_keep=1 if last_only else 0)
 
@@ -115,7 +116,7 @@ def resolve_compile(model, choice: str) -> tuple[str, str | None]:
 
 
 def compile_mode(model, choice: str) -> str:
-    """"on" or "off": what `choice` (auto | on | off) comes to for this model here."""
+    """ "on" or "off": what `choice` (auto | on | off) comes to for this model here."""
     return resolve_compile(model, choice)[0]
 
 

@@ -159,8 +159,9 @@ def rejection_verify(
     return Verdict(accepted_count, token_id, probs)
 
 
-def _next_draft_row(draft_probs: torch.Tensor | None, drafted: torch.Tensor, accepted: torch.Tensor,
-                    p_a: torch.Tensor) -> torch.Tensor:
+def _next_draft_row(
+    draft_probs: torch.Tensor | None, drafted: torch.Tensor, accepted: torch.Tensor, p_a: torch.Tensor
+) -> torch.Tensor:
     """q_{a+1} as a [V] row: the draft distribution of the first rejected draft (one-hot on d_{a+1} for a
     deterministic drafter), or zeros when all D were accepted. accepted: [1] a, 0 <= a <= D, D >= 1."""
     num_drafts = drafted.shape[0]

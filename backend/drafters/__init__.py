@@ -55,8 +55,10 @@ def all_options() -> list[OptionInfo]:
 
 
 def _options_class() -> type:
-    fields = [(info.name, info.kind | None if info.optional else info.kind, dataclasses.field(default=info.default))
-              for info in all_options()]
+    fields = [
+        (info.name, info.kind | None if info.optional else info.kind, dataclasses.field(default=info.default))
+        for info in all_options()
+    ]
     record = dataclasses.make_dataclass("DrafterOptions", fields, frozen=True)
     record.__module__ = __name__
     record.__doc__ = "Every registered drafter's options in one frozen record (CLI flags, request fields)."
@@ -75,8 +77,9 @@ def options_for(name: str, options: DrafterOptions | Mapping | None = None):
     return spec.options(**{key: value for key, value in values.items() if key in wanted})
 
 
-def build_drafter(name: str, target: LoadedModel, options: DrafterOptions | Mapping | None = None,
-                  load: LoadModel = load_model) -> Drafter | None:
+def build_drafter(
+    name: str, target: LoadedModel, options: DrafterOptions | Mapping | None = None, load: LoadModel = load_model
+) -> Drafter | None:
     """Build a drafter for `target` by name; `load` loads an external draft model (same device)."""
     if name == PLAIN:
         return None
@@ -89,9 +92,28 @@ def available_drafters(target: LoadedModel | None) -> dict[str, str | None]:
     """The drafters usable with `target`, with the weights folder each trained one would load (None for
     the rest); trained kinds without weights for this target are left out."""
     folders = trained_folders(target) if target is not None else {}
-    return {PLAIN: None, **{name: str(folders[name]) if name in folders else None for name, spec in REGISTRY.items()
-                            if not spec.trained or name in folders}}
+    return {
+        PLAIN: None,
+        **{
+            name: str(folders[name]) if name in folders else None
+            for name, spec in REGISTRY.items()
+            if not spec.trained or name in folders
+        },
+    }
 
 
-__all__ = ["DISTILLED_DRAFT", "DRAFTER_NAMES", "PLAIN", "REGISTRY", "SHIPPED_DIR", "STUDENT_MARKER", "TRAINED",
-           "DrafterOptions", "all_options", "available_drafters", "build_drafter", "options_for", "trained_folders"]
+__all__ = [
+    "DISTILLED_DRAFT",
+    "DRAFTER_NAMES",
+    "PLAIN",
+    "REGISTRY",
+    "SHIPPED_DIR",
+    "STUDENT_MARKER",
+    "TRAINED",
+    "DrafterOptions",
+    "all_options",
+    "available_drafters",
+    "build_drafter",
+    "options_for",
+    "trained_folders",
+]

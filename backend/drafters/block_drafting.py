@@ -43,8 +43,10 @@ class ContextKV:
         return self.keys[0].shape[2]
 
     def extend(self, more: ContextKV) -> ContextKV:
-        return ContextKV([torch.cat(pair, dim=2) for pair in zip(self.keys, more.keys, strict=True)],
-                         [torch.cat(pair, dim=2) for pair in zip(self.values, more.values, strict=True)])
+        return ContextKV(
+            [torch.cat(pair, dim=2) for pair in zip(self.keys, more.keys, strict=True)],
+            [torch.cat(pair, dim=2) for pair in zip(self.values, more.values, strict=True)],
+        )
 
 
 # --- training: anchored blocks ------------------------------------------------------------------------
@@ -61,8 +63,13 @@ class AnchoredBlocks:
     previous: torch.Tensor  # [B, K, D] the true token before each slot's (the anchor for slot 1)
 
 
-def anchored_blocks(backbone: TrainedHead, parts: TargetParts, batch: TrainBatch, block_size: int | None = None,
-                    anchors_per_row: int = 16) -> AnchoredBlocks:
+def anchored_blocks(
+    backbone: TrainedHead,
+    parts: TargetParts,
+    batch: TrainBatch,
+    block_size: int | None = None,
+    anchors_per_row: int = 16,
+) -> AnchoredBlocks:
     """Sample anchors (positions whose next token is a training target; torch's global generator) and run all
     their blocks at once."""
     ids, loss_mask = batch.input_ids, batch.loss_mask.bool()
@@ -144,15 +151,16 @@ class BlockSession:
         device = self.backbone.d2t.device
         anchor = torch.tensor([[request.tokens[-1]]], device=device)  # [1, 1]
         hidden = self.backbone(anchor, torch.tensor([[anchor_position]], device=device), self.context)  # [1,1,1+D,H]
-        draft = self.draft(hidden[0, 0, 1: 1 + wanted], request.tokens[-1], request)
+        draft = self.draft(hidden[0, 0, 1 : 1 + wanted], request.tokens[-1], request)
         if draft.stop_reason is None and wanted < request.max_tokens:
             draft.stop_reason = "block-size"
         return draft
 
     def draft(self, hidden: torch.Tensor, anchor: int, request: DraftRequest) -> Draft:
         """hidden [n, H] for slots 1..n -> the draft (every slot independently), cut after an EOS."""
-        tokens, probs, confidence = pick_tokens(self.backbone.logits(hidden), self.backbone.d2t,
-                                                self.drafter.vocab_size, request)
+        tokens, probs, confidence = pick_tokens(
+            self.backbone.logits(hidden), self.backbone.d2t, self.drafter.vocab_size, request
+        )
         return cut_after_eos(tokens, probs, confidence, self.drafter.eos_ids, len(tokens))
 
     def observe(self, outcome: StepOutcome) -> None:

@@ -49,8 +49,17 @@ from backend.drafters.trained import TargetParts, TrainBatch, TrainedHead
 
 KIND = "dflash"
 # parameter names of folders written before DFlash's layers became the shared draft layer (draft_layer.py)
-LEGACY_LAYER_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "attn_norm": "input_norm",
-                      "mlp_norm": "post_attention_norm", "gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+LEGACY_LAYER_NAMES = {
+    "q": "q_proj",
+    "k": "k_proj",
+    "v": "v_proj",
+    "o": "o_proj",
+    "attn_norm": "input_norm",
+    "mlp_norm": "post_attention_norm",
+    "gate": "gate_proj",
+    "up": "up_proj",
+    "down": "down_proj",
+}
 _LEGACY_LAYER_KEY = re.compile(r"(^|\.)(layers\.\d+\.)(" + "|".join(LEGACY_LAYER_NAMES) + r")\.")
 
 
@@ -73,12 +82,15 @@ class DFlashConfig:
     def for_target(cls, parts: TargetParts, **settings) -> DFlashConfig:
         settings = head_io.checked_settings(cls, cls.kind, settings)
         config = cls(**settings)
-        config = replace(config, target_layers=tuple(config.target_layers or spread_layers(parts.num_layers)),
-                         draft_vocab_size=settings.get("draft_vocab_size",
-                                                       min(config.draft_vocab_size, parts.vocab_size)))
+        config = replace(
+            config,
+            target_layers=tuple(config.target_layers or spread_layers(parts.num_layers)),
+            draft_vocab_size=settings.get("draft_vocab_size", min(config.draft_vocab_size, parts.vocab_size)),
+        )
         if not all(0 <= layer <= parts.num_layers for layer in config.target_layers):
-            raise SpecScopeError(f"target layers {list(config.target_layers)} are outside 0..{parts.num_layers} "
-                                 "for this target")
+            raise SpecScopeError(
+                f"target layers {list(config.target_layers)} are outside 0..{parts.num_layers} for this target"
+            )
         if config.num_layers < 1 or config.block_size < 1:
             raise SpecScopeError(f"a {cls.kind} head needs at least one layer and one draft per block")
         head_io.check_vocabulary(config.draft_vocab_size, parts)
@@ -113,7 +125,8 @@ class DFlashHead(TrainedHead):
         self.hidden_norm = rms_norm(hidden, parts.config)
         self.layers = nn.ModuleList(
             DraftLayer(parts.config, hidden, parts.config.intermediate_size, input_norm=True, qk_norm=True)
-            for _ in range(config.num_layers))
+            for _ in range(config.num_layers)
+        )
         self.norm = rms_norm(hidden, parts.config)
         embeddings = parts.embed.weight.detach()
         self.mask_embedding = nn.Parameter(embeddings.float().mean(dim=0).cpu())  # [H] marks "to fill"
@@ -124,8 +137,10 @@ class DFlashHead(TrainedHead):
     @classmethod
     def upgrade_state(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Rename the draft layers' parameters of folders written before the shared draft layer."""
-        return {_LEGACY_LAYER_KEY.sub(lambda m: f"{m[1]}{m[2]}{LEGACY_LAYER_NAMES[m[3]]}.", name): tensor
-                for name, tensor in state.items()}
+        return {
+            _LEGACY_LAYER_KEY.sub(lambda m: f"{m[1]}{m[2]}{LEGACY_LAYER_NAMES[m[3]]}.", name): tensor
+            for name, tensor in state.items()
+        }
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -141,12 +156,19 @@ class DFlashHead(TrainedHead):
 
     @torch.no_grad()
     def empty_context(self, batch: int = 1) -> ContextKV:
-        return self.encode_context({layer: self.fc.weight.new_zeros(batch, 0, self.parts.hidden_size)
-                                    for layer in self.config.target_layers},
-                                   torch.zeros(batch, 0, dtype=torch.long, device=self.fc.weight.device))
+        return self.encode_context(
+            {layer: self.fc.weight.new_zeros(batch, 0, self.parts.hidden_size) for layer in self.config.target_layers},
+            torch.zeros(batch, 0, dtype=torch.long, device=self.fc.weight.device),
+        )
 
-    def forward(self, anchors: torch.Tensor, anchor_positions: torch.Tensor, context: ContextKV,
-                visible: torch.Tensor | None = None, drafts: int | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        anchors: torch.Tensor,
+        anchor_positions: torch.Tensor,
+        context: ContextKV,
+        visible: torch.Tensor | None = None,
+        drafts: int | None = None,
+    ) -> torch.Tensor:
         """K blocks per row, all in one pass: anchors, anchor_positions [B, K]; visible [B, K, C] says which
         context positions each block may see (None: all). Returns the normed hidden states [B, K, 1 + D, H];
         slot 0 is the anchor's (unused), slot k predicts the token at anchor position + k."""
@@ -196,14 +218,24 @@ def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[
     return tuple(sorted({*((settings or {}).get("target_layers") or spread_layers(num_layers)), num_layers}))
 
 
-def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None,
-             d2t: torch.Tensor | None = None) -> DFlashHead:
+def new_head(
+    target: LoadedModel,
+    settings: dict | None = None,
+    token_counts: torch.Tensor | None = None,
+    d2t: torch.Tensor | None = None,
+) -> DFlashHead:
     """An untrained head; settings are DFlashConfig fields; the vocabulary as in head_io.new_head."""
     return head_io.new_head(DFlashHead, target, settings, token_counts, d2t)
 
 
-def training_loss(head: DFlashHead, parts: TargetParts, batch: TrainBatch, block_size: int | None = None,
-                  anchors_per_row: int = 16, decay: float | None = 4.0) -> tuple[torch.Tensor, dict]:
+def training_loss(
+    head: DFlashHead,
+    parts: TargetParts,
+    batch: TrainBatch,
+    block_size: int | None = None,
+    anchors_per_row: int = 16,
+    decay: float | None = 4.0,
+) -> tuple[torch.Tensor, dict]:
     """Position-weighted KL to the target's distribution on anchored blocks (anchors drawn from torch's
     global generator); metrics per slot."""
     blocks = anchored_blocks(head, parts, batch, block_size, anchors_per_row)
@@ -229,4 +261,5 @@ SPEC = trained_spec(
     KIND,
     "DFlash: a block head drafts every position of a block in one pass from the target's hidden states",
     load,
-    lambda target: drafter(target, new_head(target)))
+    lambda target: drafter(target, new_head(target)),
+)

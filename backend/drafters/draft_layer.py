@@ -55,8 +55,9 @@ def rms_norm(size: int, config) -> LlamaRMSNorm:
 class DraftLayer(nn.Module):
     """One decoder layer whose attention reads `in_features` while its residual stream is H wide."""
 
-    def __init__(self, config, in_features: int, intermediate_size: int, *, input_norm: bool = False,
-                 qk_norm: bool = False) -> None:
+    def __init__(
+        self, config, in_features: int, intermediate_size: int, *, input_norm: bool = False, qk_norm: bool = False
+    ) -> None:
         super().__init__()
         hidden, heads = config.hidden_size, config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -86,8 +87,9 @@ class DraftLayer(nn.Module):
         keys = self.rope(self._split(self.k_proj(x), self.k_norm), positions)
         return keys, self._split(self.v_proj(x), None)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, attention: Attention,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, attention: Attention, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """x [B, N, in] at positions [B or 1, N] -> [B, N, H]. With an input norm x is normed here and is the
         residual; without one x arrives normed and `residual` [B, N, H] is given."""
         if self.input_norm is not None:

@@ -62,32 +62,48 @@ class DraftModelDrafter:
 
 @dataclass(frozen=True)
 class DraftModelOptions:
-    draft_model: str | None = option(None, "the draft's model spec: a Hugging Face id, a folder or a .gguf file "
-                                           "sharing the target's tokenizer (default: the student distilled for "
-                                           "the target under data/drafters/)", label="draft model")
-    drafter_path: str | None = option(None, "weights folder of a trained drafter (default: the one under "
-                                            "data/drafters/ trained for the target)", label="weights folder")
+    draft_model: str | None = option(
+        None,
+        "the draft's model spec: a Hugging Face id, a folder or a .gguf file "
+        "sharing the target's tokenizer (default: the student distilled for "
+        "the target under data/drafters/)",
+        label="draft model",
+    )
+    drafter_path: str | None = option(
+        None,
+        "weights folder of a trained drafter (default: the one under data/drafters/ trained for the target)",
+        label="weights folder",
+    )
 
 
 def _build(target: LoadedModel, options: DraftModelOptions, load: LoadModel) -> DraftModelDrafter:
     spec = options.draft_model or options.drafter_path or trained_folders(target).get(DISTILLED_DRAFT)
     if not spec:
-        raise SpecScopeError("the draft-model drafter needs a draft model: pass --draft-model SPEC (a Hugging "
-                             "Face id, a folder or a .gguf file sharing the target's tokenizer), or distil one "
-                             f"with `python -m backend train --kind draft-model --target {target.spec} --out "
-                             "data/drafters/draft-model-NAME`")
+        raise SpecScopeError(
+            "the draft-model drafter needs a draft model: pass --draft-model SPEC (a Hugging "
+            "Face id, a folder or a .gguf file sharing the target's tokenizer), or distil one "
+            f"with `python -m backend train --kind draft-model --target {target.spec} --out "
+            "data/drafters/draft-model-NAME`"
+        )
     draft = load(str(spec), device=str(target.device), dtype=str(target.dtype).removeprefix("torch."))
     return DraftModelDrafter(target, draft)
 
 
 def _export(draft_len: int, schedule: dict[int, int], options: DraftModelOptions) -> dict[str, object]:
-    return {"vllm": {"model": "<draft model id or path>", "num_speculative_tokens": draft_len},
-            "sglang": f"--speculative-algorithm STANDALONE --speculative-draft-model-path <draft> "
-                      f"--speculative-num-steps {draft_len} --speculative-eagle-topk 1 "
-                      f"--speculative-num-draft-tokens {draft_len + 1}",
-            "tensorrt_llm": f"DraftTargetDecodingConfig(max_draft_len={draft_len}, "
-                            f"speculative_model='<draft model id or path>')"}
+    return {
+        "vllm": {"model": "<draft model id or path>", "num_speculative_tokens": draft_len},
+        "sglang": f"--speculative-algorithm STANDALONE --speculative-draft-model-path <draft> "
+        f"--speculative-num-steps {draft_len} --speculative-eagle-topk 1 "
+        f"--speculative-num-draft-tokens {draft_len + 1}",
+        "tensorrt_llm": f"DraftTargetDecodingConfig(max_draft_len={draft_len}, "
+        f"speculative_model='<draft model id or path>')",
+    }
 
 
-SPEC = DrafterSpec("draft-model", "an external small model sharing the target's tokenizer drafts autoregressively",
-                   DraftModelOptions, _build, export=_export)
+SPEC = DrafterSpec(
+    "draft-model",
+    "an external small model sharing the target's tokenizer drafts autoregressively",
+    DraftModelOptions,
+    _build,
+    export=_export,
+)

@@ -104,11 +104,11 @@ class DSparkSession(BlockSession):
         previous, survival, stop = anchor, 1.0, None
         for k in range(hidden.shape[0]):
             z = head.markov(torch.tensor([previous], device=hidden.device))  # [1, r]
-            survival *= float(torch.sigmoid(head.confidence_logit(hidden[k: k + 1], z)))
+            survival *= float(torch.sigmoid(head.confidence_logit(hidden[k : k + 1], z)))
             if survival < self.drafter.threshold:
                 stop = "low-confidence"
                 break
-            chosen, q, p = pick_tokens(head.corrected(base[k: k + 1], z), head.d2t, self.drafter.vocab_size, request)
+            chosen, q, p = pick_tokens(head.corrected(base[k : k + 1], z), head.d2t, self.drafter.vocab_size, request)
             tokens += chosen
             confidence += p
             if q is not None:
@@ -137,8 +137,9 @@ class DSparkDrafter(BlockDrafter):
     def cost(self) -> DrafterCost:
         """The backbone pass per block slot, plus the Markov and confidence heads run once per token."""
         head, layer = self.head, self.target.layer_weights
-        per_token = (matmul_weights(head.markov_in) + matmul_weights(head.markov_out)
-                     + matmul_weights(head.confidence)) / layer
+        per_token = (
+            matmul_weights(head.markov_in) + matmul_weights(head.markov_out) + matmul_weights(head.confidence)
+        ) / layer
         per_pass = matmul_weights(head.backbone) / layer
         return DrafterCost(per_pass / head.config.block_size + per_token, self.target.tle_per_forward)
 
@@ -151,16 +152,26 @@ def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[
     return dflash.training_layers(target, settings)
 
 
-def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None,
-             d2t: torch.Tensor | None = None) -> DSparkHead:
+def new_head(
+    target: LoadedModel,
+    settings: dict | None = None,
+    token_counts: torch.Tensor | None = None,
+    d2t: torch.Tensor | None = None,
+) -> DSparkHead:
     """An untrained head; settings are DSparkConfig fields (DFlash's plus markov_rank and threshold); the
     vocabulary as in head_io.new_head."""
     return head_io.new_head(DSparkHead, target, settings, token_counts, d2t)
 
 
-def training_loss(head: DSparkHead, parts: TargetParts, batch: TrainBatch, block_size: int | None = None,
-                  anchors_per_row: int = 16, decay: float | None = 4.0,
-                  weights: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> tuple[torch.Tensor, dict]:
+def training_loss(
+    head: DSparkHead,
+    parts: TargetParts,
+    batch: TrainBatch,
+    block_size: int | None = None,
+    anchors_per_row: int = 16,
+    decay: float | None = 4.0,
+    weights: tuple[float, float, float] = (1.0, 1.0, 1.0),
+) -> tuple[torch.Tensor, dict]:
     """weights: (backbone KL, Markov-corrected KL, confidence BCE). The confidence head reads detached
     states, so it calibrates the drafter without pulling on it."""
     blocks = anchored_blocks(head.backbone, parts, batch, block_size, anchors_per_row)
@@ -177,10 +188,15 @@ def training_loss(head: DSparkHead, parts: TargetParts, batch: TrainBatch, block
     loss = weights[0] * backbone_kl + weights[1] * markov_kl + weights[2] * bce
     top1 = top1_by_position(base, blocks)
     top1_markov = top1_by_position(corrected, blocks)
-    return loss, {"loss": float(loss.detach()), "backbone_kl": float(backbone_kl.detach()),
-                  "markov_kl": float(markov_kl.detach()),
-                  "confidence_bce": float(bce.detach()), "top1": top1, "top1_markov": top1_markov,
-                  "expected_accepted": expected_accepted(top1_markov)}
+    return loss, {
+        "loss": float(loss.detach()),
+        "backbone_kl": float(backbone_kl.detach()),
+        "markov_kl": float(markov_kl.detach()),
+        "confidence_bce": float(bce.detach()),
+        "top1": top1,
+        "top1_markov": top1_markov,
+        "expected_accepted": expected_accepted(top1_markov),
+    }
 
 
 def drafter(target: LoadedModel, head: DSparkHead) -> DSparkDrafter:
@@ -200,4 +216,5 @@ SPEC = trained_spec(
     "DSpark: DFlash's block drafter plus a Markov head over the previous draft and a confidence head that "
     "stops the block",
     load,
-    lambda target: drafter(target, new_head(target)))
+    lambda target: drafter(target, new_head(target)),
+)

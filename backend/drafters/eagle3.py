@@ -53,12 +53,15 @@ class Eagle3Config:
     @classmethod
     def for_target(cls, parts: TargetParts, **settings) -> Eagle3Config:
         settings = head_io.checked_settings(cls, KIND, settings)
-        config = cls(tuple(settings.get("layers", default_layers(parts.num_layers))),
-                     settings.get("draft_vocab_size", min(head_io.DEFAULT_DRAFT_VOCAB, parts.vocab_size)),
-                     settings.get("intermediate_size", parts.config.intermediate_size))
+        config = cls(
+            tuple(settings.get("layers", default_layers(parts.num_layers))),
+            settings.get("draft_vocab_size", min(head_io.DEFAULT_DRAFT_VOCAB, parts.vocab_size)),
+            settings.get("intermediate_size", parts.config.intermediate_size),
+        )
         if not config.layers or not all(0 <= layer <= parts.num_layers for layer in config.layers):
-            raise SpecScopeError(f"{KIND} layers must be hidden-state indices 0..{parts.num_layers}, got "
-                                 f"{list(config.layers)}")
+            raise SpecScopeError(
+                f"{KIND} layers must be hidden-state indices 0..{parts.num_layers}, got {list(config.layers)}"
+            )
         head_io.check_vocabulary(config.draft_vocab_size, parts)
         return config
 
@@ -113,15 +116,20 @@ def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[
     return tuple(sorted({*config.layers, target.facts.num_layers}))
 
 
-def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None,
-             d2t: torch.Tensor | None = None) -> Eagle3Head:
+def new_head(
+    target: LoadedModel,
+    settings: dict | None = None,
+    token_counts: torch.Tensor | None = None,
+    d2t: torch.Tensor | None = None,
+) -> Eagle3Head:
     """A fresh head (vocabulary: see head_io.new_head). Settings: layers, draft_vocab_size (8192 by default),
     intermediate_size."""
     return head_io.new_head(Eagle3Head, target, settings, token_counts, d2t)
 
 
-def training_loss(head: Eagle3Head, parts: TargetParts, batch: TrainBatch, steps: int = 3,
-                  decay: float = STEP_DECAY) -> tuple[torch.Tensor, dict]:
+def training_loss(
+    head: Eagle3Head, parts: TargetParts, batch: TrainBatch, steps: int = 3, decay: float = STEP_DECAY
+) -> tuple[torch.Tensor, dict]:
     """The training-time test over `steps` draft steps, step j weighted decay**j (feature_chain.chain_loss)."""
     return chain_loss(head, parts, batch, [decay**j for j in range(steps)])
 
@@ -142,4 +150,5 @@ SPEC = trained_spec(
     KIND,
     "EAGLE-3: a one-layer head on the target's low, middle and high hidden states drafts autoregressively",
     load,
-    lambda target: drafter(target, new_head(target)))
+    lambda target: drafter(target, new_head(target)),
+)

@@ -70,7 +70,7 @@ class TTTMemory:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q [B, heads, T, d], this step's k, v [B, kv, T, d]. With K_i, V_i the keys/values of step i, row t gets
 
-            softmax([q_t·K_0[s] for s <= t] ++ [q_t·K_i[t] for i = 1..j] / sqrt(d)) · [V_0[s <= t] ++ V_i[t]]
+        softmax([q_t·K_0[s] for s <= t] ++ [q_t·K_i[t] for i = 1..j] / sqrt(d)) · [V_0[s <= t] ++ V_i[t]]
         """
         self.keys.append(k)
         self.values.append(v)
@@ -83,15 +83,15 @@ class TTTMemory:
         weights = torch.softmax(torch.cat(scores, dim=-1).float(), dim=-1).to(q.dtype)  # [B, heads, T, T + j]
         out = weights[..., :length] @ values[0]  # [B, heads, T, d]
         for i, value in enumerate(values[1:]):
-            out = out + weights[..., length + i: length + i + 1] * value
+            out = out + weights[..., length + i : length + i + 1] * value
         return out
 
 
 class FeatureHead(TrainedHead):
     """A chain head (EAGLE-3, MTP). Besides TrainedHead's interface a kind defines:
 
-        begin(features [..., F])              -> the state step 0 starts from, [..., H]
-        step(embeds, h, positions, memory)    -> one draft step's output [B, T, H] (memory: DraftCache / TTTMemory)
+    begin(features [..., F])              -> the state step 0 starts from, [..., H]
+    step(embeds, h, positions, memory)    -> one draft step's output [B, T, H] (memory: DraftCache / TTTMemory)
     """
 
     def features(self, hidden: dict[int, torch.Tensor]) -> torch.Tensor:
@@ -99,8 +99,9 @@ class FeatureHead(TrainedHead):
         return torch.cat([hidden[layer] for layer in self.feature_layers], dim=-1)
 
 
-def unroll(head: FeatureHead, input_ids: torch.Tensor, hidden: dict[int, torch.Tensor], steps: int
-           ) -> list[torch.Tensor]:
+def unroll(
+    head: FeatureHead, input_ids: torch.Tensor, hidden: dict[int, torch.Tensor], steps: int
+) -> list[torch.Tensor]:
     """The training-time test: `steps` chains at once, one per start position. Returns the head's output per
     step, [B, T, H] each; row t of step j read f_<=t and x_{t+1}..x_{t+j+1} and predicts x_{t+j+2}.
     Input tokens are the ground truth (teacher forcing); the hidden state is the head's own after step 0."""
@@ -110,14 +111,15 @@ def unroll(head: FeatureHead, input_ids: torch.Tensor, hidden: dict[int, torch.T
     h = head.begin(head.features(hidden))  # [B, T, H]
     outputs = []
     for j in range(steps):
-        ids = F.pad(input_ids[:, j + 1:], (0, j + 1))  # [B, T]: x_{t+j+1}, 0 past the end (never scored)
+        ids = F.pad(input_ids[:, j + 1 :], (0, j + 1))  # [B, T]: x_{t+j+1}, 0 past the end (never scored)
         h = head.step(head.embed(ids), h, positions + j, memory)
         outputs.append(h)
     return outputs
 
 
-def chain_loss(head: FeatureHead, parts: TargetParts, batch: TrainBatch, weights: list[float]
-               ) -> tuple[torch.Tensor, dict]:
+def chain_loss(
+    head: FeatureHead, parts: TargetParts, batch: TrainBatch, weights: list[float]
+) -> tuple[torch.Tensor, dict]:
     """Forward KL to the target's distribution restricted to the draft vocabulary, per step j, averaged over
     the positions whose target token is a training target and lies in the vocabulary; steps weighted:
 
@@ -154,8 +156,9 @@ class FeatureSession:
     """One sequence: the draft cache, holding step 0 of the first `stable` positions, and the states of the
     committed positions after them."""
 
-    def __init__(self, head: FeatureHead, eos_ids: set[int], prompt_hidden: dict[int, torch.Tensor],
-                 prompt_rows: int) -> None:
+    def __init__(
+        self, head: FeatureHead, eos_ids: set[int], prompt_hidden: dict[int, torch.Tensor], prompt_rows: int
+    ) -> None:
         self.head, self.eos_ids = head, eos_ids
         self.cache = DraftCache()
         self.stable = 0  # leading cache slots that hold committed positions with their true features
@@ -175,7 +178,7 @@ class FeatureSession:
         device = head.d2t.device
         new = states.take()
         if new is not None:  # the newly committed positions t, with their true features f_t and tokens x_{t+1}
-            ids = torch.tensor([tokens[self.stable + 1:]], device=device)  # [1, n]
+            ids = torch.tensor([tokens[self.stable + 1 :]], device=device)  # [1, n]
             positions = torch.arange(self.stable, known, device=device)[None]  # [1, n]
             h = head.step(head.embed(ids), head.begin(head.features(new)[None]), positions, self.cache)
             self.last, self.stable = h[:, -1:], known

@@ -51,8 +51,13 @@ def draft_vocabulary(token_counts: torch.Tensor, size: int) -> torch.Tensor:
     return torch.sort(torch.topk(token_counts.float(), size).indices).values  # [Vd]
 
 
-def new_head(head_class: type[TrainedHead], target: LoadedModel, settings: dict | None = None,
-             token_counts: torch.Tensor | None = None, d2t: torch.Tensor | None = None) -> TrainedHead:
+def new_head(
+    head_class: type[TrainedHead],
+    target: LoadedModel,
+    settings: dict | None = None,
+    token_counts: torch.Tensor | None = None,
+    d2t: torch.Tensor | None = None,
+) -> TrainedHead:
     """An untrained head for `target`, on its device and dtype. The draft vocabulary: `d2t` if given, else the
     draft_vocab_size most frequent tokens of `token_counts` [V], else the first draft_vocab_size ids (a
     placeholder for untrained heads)."""
@@ -73,12 +78,22 @@ def save(head: TrainedHead, target: LoadedModel, folder: str | Path, dtype: torc
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     facts = target.facts
-    config = {"kind": head.kind, "settings": head.config.to_dict(),
-              "target": {"spec": target.spec, "fingerprint": target.fingerprint, "vocab_size": facts.vocab_size,
-                         "hidden_size": facts.hidden_size, "num_layers": facts.num_layers}}
+    config = {
+        "kind": head.kind,
+        "settings": head.config.to_dict(),
+        "target": {
+            "spec": target.spec,
+            "fingerprint": target.fingerprint,
+            "vocab_size": facts.vocab_size,
+            "hidden_size": facts.hidden_size,
+            "num_layers": facts.num_layers,
+        },
+    }
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-    save_file({name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in head.state_dict().items()},
-              str(folder / WEIGHTS_FILE))
+    save_file(
+        {name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in head.state_dict().items()},
+        str(folder / WEIGHTS_FILE),
+    )
     if not whole_vocabulary(head.d2t, head.parts.vocab_size):
         save_file({"d2t": head.d2t.to("cpu", torch.int64).contiguous()}, str(folder / VOCAB_FILE))
     return folder
@@ -91,8 +106,10 @@ def load_head(head_class: type[TrainedHead], folder: str | Path, target: LoadedM
     settings = _read_config(folder, kind, target)
     parts = TargetParts.of(target)
     try:
-        state = {name: tensor.to(target.device, target.dtype if tensor.is_floating_point() else tensor.dtype)
-                 for name, tensor in load_file(str(folder / WEIGHTS_FILE)).items()}
+        state = {
+            name: tensor.to(target.device, target.dtype if tensor.is_floating_point() else tensor.dtype)
+            for name, tensor in load_file(str(folder / WEIGHTS_FILE)).items()
+        }
     except Exception as error:  # safetensors raises its own error types for corrupt files
         raise DrafterWeightsError(f"{folder / WEIGHTS_FILE} cannot be read: {error}") from error
     d2t = _read_vocabulary(folder, parts.vocab_size)
@@ -104,16 +121,19 @@ def load_head(head_class: type[TrainedHead], folder: str | Path, target: LoadedM
         head.load_state_dict(head_class.upgrade_state(state))
     except (SpecScopeError, TypeError, ValueError, RuntimeError) as error:
         reason = str(error).strip().splitlines()[0]
-        raise DrafterWeightsError(f"{folder} does not hold a usable {kind} head for '{target.spec}': "
-                                  f"{reason}") from error
+        raise DrafterWeightsError(
+            f"{folder} does not hold a usable {kind} head for '{target.spec}': {reason}"
+        ) from error
     return head.to(target.device, target.dtype).eval()
 
 
 def _read_config(folder: Path, kind: str, target: LoadedModel) -> dict:
     """The settings of a folder's config.json, once it is known to hold a `kind` head made for `target`."""
     if not folder.is_dir():
-        raise DrafterWeightsError(f"no trained {kind} drafter at {folder}: train one with `python -m backend "
-                                  f"train --kind {kind} --out {folder}`")
+        raise DrafterWeightsError(
+            f"no trained {kind} drafter at {folder}: train one with `python -m backend "
+            f"train --kind {kind} --out {folder}`"
+        )
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (folder / name).is_file():
             raise DrafterWeightsError(f"{folder} is not a complete drafter folder: {name} is missing")
@@ -128,10 +148,13 @@ def _read_config(folder: Path, kind: str, target: LoadedModel) -> dict:
     if (trained_for.get("vocab_size"), trained_for.get("hidden_size")) != (facts.vocab_size, facts.hidden_size):
         raise DrafterWeightsError(
             f"{folder} was trained for a target with vocabulary {trained_for.get('vocab_size')} and hidden size "
-            f"{trained_for.get('hidden_size')}; '{target.spec}' has {facts.vocab_size} and {facts.hidden_size}")
+            f"{trained_for.get('hidden_size')}; '{target.spec}' has {facts.vocab_size} and {facts.hidden_size}"
+        )
     if trained_for.get("fingerprint") and trained_for["fingerprint"] != target.fingerprint:
-        raise DrafterWeightsError(f"{folder} was trained for another target ('{trained_for.get('spec')}', "
-                                  f"fingerprint {trained_for['fingerprint'][:12]}), not '{target.spec}'")
+        raise DrafterWeightsError(
+            f"{folder} was trained for another target ('{trained_for.get('spec')}', "
+            f"fingerprint {trained_for['fingerprint'][:12]}), not '{target.spec}'"
+        )
     return settings
 
 
@@ -141,8 +164,9 @@ def _read_vocabulary(folder: Path, vocab_size: int) -> torch.Tensor | None:
         return None
     d2t = load_file(str(folder / VOCAB_FILE))["d2t"]
     if d2t.ndim != 1 or int(d2t.min()) < 0 or int(d2t.max()) >= vocab_size:
-        raise DrafterWeightsError(f"{folder / VOCAB_FILE} maps draft tokens outside the target's vocabulary "
-                                  f"of {vocab_size}")
+        raise DrafterWeightsError(
+            f"{folder / VOCAB_FILE} maps draft tokens outside the target's vocabulary of {vocab_size}"
+        )
     return d2t
 
 

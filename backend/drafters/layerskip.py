@@ -61,8 +61,9 @@ class LayerSkipDrafter:
         layers = target.facts.num_layers
         exit_layer = layers // 2 if exit_layer is None else exit_layer
         if not 1 <= exit_layer < layers:
-            raise SpecScopeError(f"layerskip exit layer must be between 1 and {layers - 1} for this target, "
-                                 f"got {exit_layer}")
+            raise SpecScopeError(
+                f"layerskip exit layer must be between 1 and {layers - 1} for this target, got {exit_layer}"
+            )
         self.target = target
         self.exit_layer = exit_layer
         self.runner = LayerSkipRunner(target, exit_layer)
@@ -77,10 +78,14 @@ class LayerSkipDrafter:
 
 @dataclass(frozen=True)
 class LayerSkipOptions:
-    layerskip_exit_layer: int | None = option(None, "layers used to draft (default: half the target's)", ge=1,
-                                              label="exit after layer")
+    layerskip_exit_layer: int | None = option(
+        None, "layers used to draft (default: half the target's)", ge=1, label="exit after layer"
+    )
 
 
 SPEC = DrafterSpec(
-    "layerskip", "self-speculation: the target's first layers and its own LM head draft", LayerSkipOptions,
-    lambda target, options, load: LayerSkipDrafter(target, options.layerskip_exit_layer))
+    "layerskip",
+    "self-speculation: the target's first layers and its own LM head draft",
+    LayerSkipOptions,
+    lambda target, options, load: LayerSkipDrafter(target, options.layerskip_exit_layer),
+)

@@ -45,8 +45,10 @@ class MtpConfig:
     @classmethod
     def for_target(cls, parts: TargetParts, **settings) -> MtpConfig:
         settings = head_io.checked_settings(cls, KIND, settings)
-        config = cls(settings.get("draft_vocab_size", parts.vocab_size),
-                     settings.get("intermediate_size", parts.config.intermediate_size))
+        config = cls(
+            settings.get("draft_vocab_size", parts.vocab_size),
+            settings.get("intermediate_size", parts.config.intermediate_size),
+        )
         head_io.check_vocabulary(config.draft_vocab_size, parts)
         return config
 
@@ -110,15 +112,20 @@ def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[
     return (target.facts.num_layers,)
 
 
-def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None,
-             d2t: torch.Tensor | None = None) -> MtpHead:
+def new_head(
+    target: LoadedModel,
+    settings: dict | None = None,
+    token_counts: torch.Tensor | None = None,
+    d2t: torch.Tensor | None = None,
+) -> MtpHead:
     """A fresh module scoring the whole vocabulary by default (vocabulary: see head_io.new_head). Settings:
     draft_vocab_size, intermediate_size."""
     return head_io.new_head(MtpHead, target, settings, token_counts, d2t)
 
 
-def training_loss(head: MtpHead, parts: TargetParts, batch: TrainBatch, steps: int = 3, beta: float = STEP_BETA
-                  ) -> tuple[torch.Tensor, dict]:
+def training_loss(
+    head: MtpHead, parts: TargetParts, batch: TrainBatch, steps: int = 3, beta: float = STEP_BETA
+) -> tuple[torch.Tensor, dict]:
     """The recursive multi-step loss over `steps` draft steps, step k weighted beta**k (chain_loss)."""
     return chain_loss(head, parts, batch, [beta**k for k in range(steps)])
 
@@ -139,4 +146,5 @@ SPEC = trained_spec(
     KIND,
     "multi-token prediction: a head on the target's last hidden state, chained over its own features",
     load,
-    lambda target: drafter(target, new_head(target)))
+    lambda target: drafter(target, new_head(target)),
+)

@@ -70,11 +70,11 @@ def find_continuation(tokens: np.ndarray, min_n: int, max_n: int, max_tokens: in
     for n in range(min(max_n, length - 1), min_n - 1, -1):
         # candidate starts 0 .. length-n-1: each leaves at least one following token
         windows = sliding_window_view(tokens[: length - 1], n)  # [length - n, n]
-        hits = np.flatnonzero((windows == tokens[length - n:]).all(axis=1))
+        hits = np.flatnonzero((windows == tokens[length - n :]).all(axis=1))
         if hits.size:
             full = hits[hits + n + max_tokens <= length]
             start = int(full[-1] if full.size else hits[0]) + n
-            return tokens[start: start + max_tokens].tolist(), n
+            return tokens[start : start + max_tokens].tolist(), n
     return [], 0
 
 
@@ -85,16 +85,25 @@ class NgramOptions:
 
 
 def _export(draft_len: int, schedule: dict[int, int], options: NgramOptions) -> dict[str, object]:
-    return {"vllm": {"method": "ngram", "num_speculative_tokens": draft_len,
-                     "prompt_lookup_min": options.ngram_min, "prompt_lookup_max": options.ngram_max},
-            "sglang": f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {draft_len + 1} "
-                      "--speculative-ngram-max-bfs-breadth 1",
-            "tensorrt_llm": f"NGramDecodingConfig(max_draft_len={draft_len}, max_matching_ngram_size="
-                            f"{options.ngram_max}"
-                            f"{', draft_len_schedule=' + repr(schedule) if len(schedule) > 1 else ''})"}
+    return {
+        "vllm": {
+            "method": "ngram",
+            "num_speculative_tokens": draft_len,
+            "prompt_lookup_min": options.ngram_min,
+            "prompt_lookup_max": options.ngram_max,
+        },
+        "sglang": f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {draft_len + 1} "
+        "--speculative-ngram-max-bfs-breadth 1",
+        "tensorrt_llm": f"NGramDecodingConfig(max_draft_len={draft_len}, max_matching_ngram_size="
+        f"{options.ngram_max}"
+        f"{', draft_len_schedule=' + repr(schedule) if len(schedule) > 1 else ''})",
+    }
 
 
 SPEC = DrafterSpec(
-    "ngram", "prompt lookup: copy what followed the last occurrence of the current n-gram", NgramOptions,
+    "ngram",
+    "prompt lookup: copy what followed the last occurrence of the current n-gram",
+    NgramOptions,
     lambda target, options, load: NgramDrafter(target.tle_per_forward, options.ngram_min, options.ngram_max),
-    export=_export)
+    export=_export,
+)

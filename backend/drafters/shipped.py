@@ -31,8 +31,11 @@ def trained_folders(target: LoadedModel, root: Path | None = None) -> dict[str, 
         except ValueError:
             continue
         record = record.get(STUDENT_MARKER, record)
-        if isinstance(record, dict) and record.get("kind") and \
-                record.get("target", {}).get("fingerprint") == target.fingerprint:
+        if (
+            isinstance(record, dict)
+            and record.get("kind")
+            and record.get("target", {}).get("fingerprint") == target.fingerprint
+        ):
             found.setdefault(record["kind"], config.parent)
     return found
 
@@ -41,7 +44,9 @@ def weights_folder(kind: str, target: LoadedModel, given: str | None) -> Path | 
     """The folder `given`, else the one trained for `target`; a clear error naming the train command if none."""
     folder = given or trained_folders(target).get(kind)
     if folder is None:
-        raise SpecScopeError(f"no trained {kind} drafter for '{target.spec}': train one with `python -m backend "
-                             f"train --kind {kind} --target {target.spec} --out data/drafters/{kind}-NAME`, or "
-                             "give its folder with --drafter-path")
+        raise SpecScopeError(
+            f"no trained {kind} drafter for '{target.spec}': train one with `python -m backend "
+            f"train --kind {kind} --target {target.spec} --out data/drafters/{kind}-NAME`, or "
+            "give its folder with --drafter-path"
+        )
     return folder

@@ -25,8 +25,15 @@ from backend.core.models import LoadedModel
 LoadModel = Callable[..., LoadedModel]  # load_model's signature: (spec, device=, dtype=) -> LoadedModel
 
 
-def option(default: Any, help: str, *, ge: float | None = None, le: float | None = None,
-           gt: float | None = None, label: str | None = None) -> Any:
+def option(
+    default: Any,
+    help: str,
+    *,
+    ge: float | None = None,
+    le: float | None = None,
+    gt: float | None = None,
+    label: str | None = None,
+) -> Any:
     """A drafter option: a dataclass field whose metadata holds its help text and bounds."""
     return field(default=default, metadata={"help": help, "ge": ge, "le": le, "gt": gt, "label": label})
 
@@ -54,8 +61,11 @@ class OptionInfo:
         """`value` if it lies within the bounds, else ValueError with a one-sentence reason."""
         if value is None or self.kind is str:
             return value
-        if (self.ge is not None and value < self.ge) or (self.le is not None and value > self.le) or \
-                (self.gt is not None and value <= self.gt):
+        if (
+            (self.ge is not None and value < self.ge)
+            or (self.le is not None and value > self.le)
+            or (self.gt is not None and value <= self.gt)
+        ):
             raise ValueError(f"{self.name} must be {self.bounds()}, got {value}")
         return value
 
@@ -69,13 +79,23 @@ class OptionInfo:
         try:
             value = self.kind(text)
         except ValueError as error:
-            raise ValueError(f"{self.name} must be a{'n' if self.kind is int else ''} {self.kind.__name__}, "
-                             f"got '{text}'") from error
+            raise ValueError(
+                f"{self.name} must be a{'n' if self.kind is int else ''} {self.kind.__name__}, got '{text}'"
+            ) from error
         return self.check(value)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "type": self.kind.__name__, "optional": self.optional, "default": self.default,
-                "help": self.help, "label": self.label, "ge": self.ge, "le": self.le, "gt": self.gt}
+        return {
+            "name": self.name,
+            "type": self.kind.__name__,
+            "optional": self.optional,
+            "default": self.default,
+            "help": self.help,
+            "label": self.label,
+            "ge": self.ge,
+            "le": self.le,
+            "gt": self.gt,
+        }
 
 
 @dataclass(frozen=True)
@@ -105,9 +125,19 @@ class DrafterSpec:
         for f in dataclasses.fields(self.options):
             kind, optional = _plain_type(hints[f.name])
             meta = f.metadata
-            infos.append(OptionInfo(f.name, kind, optional, f.default, meta.get("help", ""),
-                                    meta.get("label") or f.name.replace("_", " "), meta.get("ge"), meta.get("le"),
-                                    meta.get("gt")))
+            infos.append(
+                OptionInfo(
+                    f.name,
+                    kind,
+                    optional,
+                    f.default,
+                    meta.get("help", ""),
+                    meta.get("label") or f.name.replace("_", " "),
+                    meta.get("ge"),
+                    meta.get("le"),
+                    meta.get("gt"),
+                )
+            )
         return infos
 
 
@@ -120,12 +150,16 @@ class NoOptions:
 class WeightsOptions:
     """The one option of a trained head: its weights folder."""
 
-    drafter_path: str | None = option(None, "weights folder of a trained drafter (default: the one under "
-                                            "data/drafters/ trained for the target)", label="weights folder")
+    drafter_path: str | None = option(
+        None,
+        "weights folder of a trained drafter (default: the one under data/drafters/ trained for the target)",
+        label="weights folder",
+    )
 
 
-def trained_spec(name: str, summary: str, load: Callable[[Path, LoadedModel], Drafter],
-                 untrained: Callable[[LoadedModel], Drafter]) -> DrafterSpec:
+def trained_spec(
+    name: str, summary: str, load: Callable[[Path, LoadedModel], Drafter], untrained: Callable[[LoadedModel], Drafter]
+) -> DrafterSpec:
     """The spec of a trained head (EAGLE-3, MTP, DFlash, DSpark): built from `drafter_path`, else from the
     folder under data/drafters/ trained for this target."""
 

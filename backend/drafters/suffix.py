@@ -80,8 +80,9 @@ class SuffixTree:
                 if node.count == 0:
                     del parent.children[token]
 
-    def best_path(self, context: list[int], max_tokens: int, max_spec_factor: float,
-                  max_spec_offset: float, min_token_prob: float) -> Path:
+    def best_path(
+        self, context: list[int], max_tokens: int, max_spec_factor: float, max_spec_offset: float, min_token_prob: float
+    ) -> Path:
         best = Path([], [], 0)
         for match_len in range(1, min(len(context), self.max_depth - 1) + 1):
             node = self._walk(context[-match_len:])
@@ -122,8 +123,15 @@ class SuffixDrafter:
     target_hidden_layers: tuple[int, ...] = ()
     free_to_propose = True
 
-    def __init__(self, target_tle_per_forward: float, max_depth: int = 24, max_spec_factor: float = 1.0,
-                 max_spec_offset: float = 0.0, min_token_prob: float = 0.1, max_cached_requests: int = 1000) -> None:
+    def __init__(
+        self,
+        target_tle_per_forward: float,
+        max_depth: int = 24,
+        max_spec_factor: float = 1.0,
+        max_spec_offset: float = 0.0,
+        min_token_prob: float = 0.1,
+        max_cached_requests: int = 1000,
+    ) -> None:
         if max_depth < 2:
             raise SpecScopeError(f"suffix max_depth must be at least 2, got {max_depth}")
         if not 0 <= min_token_prob <= 1:
@@ -146,8 +154,10 @@ class SuffixDrafter:
         return SuffixSession(self, self._next_id, prompt)
 
     def speculate(self, trees: list[SuffixTree], context: list[int], max_tokens: int) -> Path:
-        paths = [tree.best_path(context, max_tokens, self.max_spec_factor, self.max_spec_offset,
-                                self.min_token_prob) for tree in trees]
+        paths = [
+            tree.best_path(context, max_tokens, self.max_spec_factor, self.max_spec_offset, self.min_token_prob)
+            for tree in trees
+        ]
         return max(paths, key=lambda path: path.score)
 
     def remember(self, request_id: int, output: list[int]) -> None:
@@ -170,7 +180,7 @@ class SuffixSession:
         self.output: list[int] = []
 
     def propose(self, request: DraftRequest) -> Draft:
-        context = request.tokens[-self.drafter.max_depth:]
+        context = request.tokens[-self.drafter.max_depth :]
         path = self.drafter.speculate([self.local_tree, self.drafter.global_tree], context, request.max_tokens)
         if not path.tokens:
             return Draft([], stop_reason="no-match")
@@ -187,23 +197,36 @@ class SuffixSession:
 @dataclass(frozen=True)
 class SuffixOptions:
     suffix_max_depth: int = option(24, "suffix tree depth", ge=2, le=128, label="tree depth")
-    suffix_max_spec_factor: float = option(1.0, "draft at most factor x the matched length", gt=0, le=64,
-                                           label="max_spec_factor")
-    suffix_min_token_prob: float = option(0.1, "stop a draft where its path probability falls below this", ge=0,
-                                          le=1, label="min_token_prob")
+    suffix_max_spec_factor: float = option(
+        1.0, "draft at most factor x the matched length", gt=0, le=64, label="max_spec_factor"
+    )
+    suffix_min_token_prob: float = option(
+        0.1, "stop a draft where its path probability falls below this", ge=0, le=1, label="min_token_prob"
+    )
 
 
 def _export(draft_len: int, schedule: dict[int, int], options: SuffixOptions) -> dict[str, object]:
-    return {"vllm": {"method": "suffix", "num_speculative_tokens": draft_len,
-                     "suffix_decoding_max_tree_depth": options.suffix_max_depth,
-                     "suffix_decoding_max_spec_factor": options.suffix_max_spec_factor,
-                     "suffix_decoding_min_token_prob": options.suffix_min_token_prob},
-            "tensorrt_llm": f"SADecodingConfig(max_draft_len={draft_len})  # suffix automaton, TensorRT-LLM's nearest"}
+    return {
+        "vllm": {
+            "method": "suffix",
+            "num_speculative_tokens": draft_len,
+            "suffix_decoding_max_tree_depth": options.suffix_max_depth,
+            "suffix_decoding_max_spec_factor": options.suffix_max_spec_factor,
+            "suffix_decoding_min_token_prob": options.suffix_min_token_prob,
+        },
+        "tensorrt_llm": f"SADecodingConfig(max_draft_len={draft_len})  # suffix automaton, TensorRT-LLM's nearest",
+    }
 
 
 SPEC = DrafterSpec(
-    "suffix", "suffix decoding: the longest match in suffix trees of this request and earlier outputs", SuffixOptions,
-    lambda target, options, load: SuffixDrafter(target.tle_per_forward, options.suffix_max_depth,
-                                                options.suffix_max_spec_factor,
-                                                min_token_prob=options.suffix_min_token_prob),
-    export=_export)
+    "suffix",
+    "suffix decoding: the longest match in suffix trees of this request and earlier outputs",
+    SuffixOptions,
+    lambda target, options, load: SuffixDrafter(
+        target.tle_per_forward,
+        options.suffix_max_depth,
+        options.suffix_max_spec_factor,
+        min_token_prob=options.suffix_min_token_prob,
+    ),
+    export=_export,
+)

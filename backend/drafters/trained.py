@@ -46,8 +46,15 @@ class TargetParts:
     def of(cls, target: LoadedModel) -> TargetParts:
         model = target.model
         config = model.config.get_text_config(decoder=True)
-        return cls(model.get_input_embeddings(), model.get_decoder().norm, model.get_output_embeddings(),
-                   config.num_hidden_layers, config.hidden_size, config.vocab_size, config)
+        return cls(
+            model.get_input_embeddings(),
+            model.get_decoder().norm,
+            model.get_output_embeddings(),
+            config.num_hidden_layers,
+            config.hidden_size,
+            config.vocab_size,
+            config,
+        )
 
 
 @dataclass
@@ -143,8 +150,9 @@ class CommittedStates:
         return rows
 
 
-def pick_tokens(logits: torch.Tensor, d2t: torch.Tensor, vocab_size: int, request: DraftRequest
-                ) -> tuple[list[int], torch.Tensor | None, list[float]]:
+def pick_tokens(
+    logits: torch.Tensor, d2t: torch.Tensor, vocab_size: int, request: DraftRequest
+) -> tuple[list[int], torch.Tensor | None, list[float]]:
     """Draft logits [n, Vd] -> target token ids, q [n, V] (None when greedy: one-hot) and each token's draft
     probability. Sampling processes the logits with the target's own settings (temperature, top-k, top-p)
     over the draft vocabulary and draws there; q is that distribution placed at d2t, zero elsewhere, so
@@ -159,8 +167,9 @@ def pick_tokens(logits: torch.Tensor, d2t: torch.Tensor, vocab_size: int, reques
     return d2t[chosen].tolist(), full, q.gather(1, chosen[:, None])[:, 0].tolist()
 
 
-def cut_after_eos(tokens: list[int], probs: torch.Tensor | None, confidence: list[float], eos_ids: set[int],
-                  wanted: int) -> Draft:
+def cut_after_eos(
+    tokens: list[int], probs: torch.Tensor | None, confidence: list[float], eos_ids: set[int], wanted: int
+) -> Draft:
     """A draft of `tokens` that ends at its first end-of-sequence ("eos" when that cut it short of `wanted`)."""
     end = next((i + 1 for i, token in enumerate(tokens) if token in eos_ids), len(tokens))
     stop = "eos" if end < wanted and tokens[end - 1] in eos_ids else None

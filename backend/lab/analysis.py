@@ -17,8 +17,9 @@ from backend.core.metrics import AcceptanceCounter, acceptance_length
 TILE = 128  # attention-kernel tile width in the seed article's rule
 
 
-def bootstrap_al_ci(per_prompt: Sequence[tuple[int, int]], resamples: int = 2000, level: float = 0.95,
-                    seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_al_ci(
+    per_prompt: Sequence[tuple[int, int]], resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """AL with a percentile bootstrap CI, resampling prompts (not steps: steps within a prompt are not
     independent). per_prompt: (accepted drafts, drafting steps) of each prompt. Returns (AL, low, high)."""
     data = np.array([p for p in per_prompt if p[1] > 0], dtype=float)  # [n, 2]
@@ -39,8 +40,10 @@ def pareto_frontier(points: Sequence[dict], x: str = "interactivity_tps", y: str
     points = [p for p in points if p[x] is not None and p[y] is not None]
     frontier = []
     for point in points:
-        dominated = any(other[x] >= point[x] and other[y] >= point[y] and (other[x] > point[x] or other[y] > point[y])
-                        for other in points)
+        dominated = any(
+            other[x] >= point[x] and other[y] >= point[y] and (other[x] > point[x] or other[y] > point[y])
+            for other in points
+        )
         if not dominated:
             frontier.append(point)
     return sorted(frontier, key=lambda p: p[x])
@@ -70,8 +73,14 @@ def matched_interactivity(baseline: Sequence[dict], speculative: Sequence[dict],
     rows = []
     for at in np.linspace(low, high, levels) if high > low else [low]:
         off, on = interpolate(base, float(at)), interpolate(spec, float(at))
-        rows.append({"interactivity_tps": float(at), "throughput_off": off, "throughput_on": on,
-                     "gain": on / off if off else None})
+        rows.append(
+            {
+                "interactivity_tps": float(at),
+                "throughput_off": off,
+                "throughput_on": on,
+                "gain": on / off if off else None,
+            }
+        )
     return rows
 
 
@@ -115,12 +124,14 @@ def newest_per_config(points: Sequence[dict]) -> list[dict]:
     return kept
 
 
-def acceptance_groups(runs: Sequence[dict], histogram: Sequence[dict], positions: Sequence[dict],
-                      pool_categories: bool = False) -> list[dict]:
+def acceptance_groups(
+    runs: Sequence[dict], histogram: Sequence[dict], positions: Sequence[dict], pool_categories: bool = False
+) -> list[dict]:
     """Per (drafter, draft_len, category): AL with a bootstrap CI over runs, the acceptance histogram,
     survival and conditional per-position acceptance (metrics.py's counter), from the store's
     acceptance tables (RunStore.acceptance_tables) as lists of records. pool_categories=True merges
     every category into one group named 'all' (a run has one category, so its runs stay whole)."""
+
     def key(row: dict) -> tuple:
         return row["drafter"], str(row["draft_len"]), "all" if pool_categories else row["category"]
 
@@ -128,23 +139,40 @@ def acceptance_groups(runs: Sequence[dict], histogram: Sequence[dict], positions
     for row in runs:
         group = groups.setdefault(key(row), {"runs": [], "counter": AcceptanceCounter()})
         group["runs"].append((int(row["accepted"]), int(row["steps"])))
-        group["counter"].merge(AcceptanceCounter(drafts=int(row["steps"]), drafted_tokens=int(row["drafted"]),
-                                                 accepted_tokens=int(row["accepted"])))
+        group["counter"].merge(
+            AcceptanceCounter(
+                drafts=int(row["steps"]), drafted_tokens=int(row["drafted"]), accepted_tokens=int(row["accepted"])
+            )
+        )
     for row in histogram:
         accepted = int(row["accepted"])
         groups[key(row)]["counter"].merge(AcceptanceCounter(histogram=[0] * accepted + [int(row["steps"])]))
     for row in positions:
         before = [0] * (int(row["position"]) - 1)
-        groups[key(row)]["counter"].merge(AcceptanceCounter(accepted_per_position=[*before, int(row["accepted"])],
-                                                            reached_per_position=[*before, int(row["reached"])]))
+        groups[key(row)]["counter"].merge(
+            AcceptanceCounter(
+                accepted_per_position=[*before, int(row["accepted"])],
+                reached_per_position=[*before, int(row["reached"])],
+            )
+        )
     result = []
     for (drafter, draft_len, category), group in sorted(groups.items()):
         stats = group["counter"].stats()
         _, low, high = bootstrap_al_ci(group["runs"])
-        result.append({
-            "drafter": drafter, "draft_len": draft_len, "category": category, "runs": len(group["runs"]),
-            "drafting_steps": stats.drafting_steps, "al": stats.al, "al_ci_low": low, "al_ci_high": high,
-            "acceptance_rate": stats.acceptance_rate, "histogram": stats.histogram, "survival": stats.survival,
-            "conditional": stats.conditional,
-        })
+        result.append(
+            {
+                "drafter": drafter,
+                "draft_len": draft_len,
+                "category": category,
+                "runs": len(group["runs"]),
+                "drafting_steps": stats.drafting_steps,
+                "al": stats.al,
+                "al_ci_low": low,
+                "al_ci_high": high,
+                "acceptance_rate": stats.acceptance_rate,
+                "histogram": stats.histogram,
+                "survival": stats.survival,
+                "conditional": stats.conditional,
+            }
+        )
     return result

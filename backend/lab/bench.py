@@ -44,24 +44,36 @@ class Measurement:
 
 
 @torch.inference_mode()
-def hf_generate(target: LoadedModel, prompt_ids: list[int], max_new_tokens: int,
-                prompt_lookup: int | None = None) -> tuple[list[int], float]:
+def hf_generate(
+    target: LoadedModel, prompt_ids: list[int], max_new_tokens: int, prompt_lookup: int | None = None
+) -> tuple[list[int], float]:
     """Greedy Hugging Face `generate` (with prompt-lookup assisted generation when given a D)."""
     model = target.model
     inputs = torch.tensor([prompt_ids], device=target.device)  # [1, T]
-    kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False, "attention_mask": torch.ones_like(inputs),
-              "pad_token_id": target.tokenizer.pad_token_id or min(target.eos_token_ids)}
+    kwargs = {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": False,
+        "attention_mask": torch.ones_like(inputs),
+        "pad_token_id": target.tokenizer.pad_token_id or min(target.eos_token_ids),
+    }
     if prompt_lookup:
         kwargs["prompt_lookup_num_tokens"] = prompt_lookup
     started = device_clock(target.device)
     output = model.generate(inputs, **kwargs)
     seconds = device_clock(target.device) - started
-    return output[0, len(prompt_ids):].tolist(), seconds
+    return output[0, len(prompt_ids) :].tolist(), seconds
 
 
-def speed_benchmark(target: LoadedModel, questions: list[Question], drafters: list[str],
-                    draft_lens: list[int | str], max_new_tokens: int, options: DrafterOptions,
-                    progress: Callable[[str], None] = lambda label: None, seed: int = 0) -> dict:
+def speed_benchmark(
+    target: LoadedModel,
+    questions: list[Question],
+    drafters: list[str],
+    draft_lens: list[int | str],
+    max_new_tokens: int,
+    options: DrafterOptions,
+    progress: Callable[[str], None] = lambda label: None,
+    seed: int = 0,
+) -> dict:
     runner = Runner(target)
     settings = {d: GenerationSettings(max_new_tokens=max_new_tokens, draft_len=d) for d in [0, *draft_lens]}
     built = {(name, d): build_drafter(name, target, options) for name in drafters for d in draft_lens}
@@ -82,8 +94,13 @@ def speed_benchmark(target: LoadedModel, questions: list[Question], drafters: li
             if key is None:
                 measured[label] = _hf(target, plain, max_new_tokens, prompt_lookup)
                 if label == "hf-generate" and measured[label].output_ids != plain.output_ids:
-                    disagreements.append({"question_id": question.question_id, "category": question.category,
-                                          **(first_disagreement(target, plain, measured[label].turn_outputs) or {})})
+                    disagreements.append(
+                        {
+                            "question_id": question.question_id,
+                            "category": question.category,
+                            **(first_disagreement(target, plain, measured[label].turn_outputs) or {}),
+                        }
+                    )
             else:
                 measured[label] = _engine(runner, question, built[key], settings[key[1]])
             progress(label)
@@ -121,8 +138,13 @@ def first_disagreement(target: LoadedModel, plain, theirs: list[list[int]]) -> d
             return {"turn": index, "position": position, "ours": None, "theirs": None, "margin": None}
         context = torch.tensor([turn.prompt_ids + ours[:position]], device=target.device)  # [1, P]
         logits = target.model(context, logits_to_keep=1).logits[0, -1].float()  # [V]
-        return {"turn": index, "position": position, "ours": ours[position], "theirs": other[position],
-                "margin": float(logits[ours[position]] - logits[other[position]])}
+        return {
+            "turn": index,
+            "position": position,
+            "ours": ours[position],
+            "theirs": other[position],
+            "margin": float(logits[ours[position]] - logits[other[position]]),
+        }
     return None
 
 
@@ -131,8 +153,14 @@ def _engine(runner: Runner, question: Question, drafter, settings: GenerationSet
     return Measurement(result.output_ids, len(result.output_ids), result.wall_s, result.steps)
 
 
-def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]], drafters: list[str],
-            draft_lens: list[int | str], hf_lens: list[int], compile: str) -> dict:
+def _report(
+    questions: list[Question],
+    per_prompt: list[dict[str, Measurement]],
+    drafters: list[str],
+    draft_lens: list[int | str],
+    hf_lens: list[int],
+    compile: str,
+) -> dict:
     categories = sorted({q.category for q in questions})
     results, summary = [], {}
     labels = [(f"{name}@{d}", name, d) for name in drafters for d in draft_lens]
@@ -145,8 +173,7 @@ def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]],
             row = _figures(per_prompt, label, indices, versus)
             worst = min(worst, row["speedup_vs_plain"])
             lossless = row.pop("equal") == len(indices)
-            results.append({"drafter": name, "draft_len": draft_len, "category": category, **row,
-                            "lossless": lossless})
+            results.append({"drafter": name, "draft_len": draft_len, "category": category, **row, "lossless": lossless})
         overall = _figures(per_prompt, label, list(range(len(questions))), versus)
         summary[label] = {
             "geomean_speedup_vs_plain": overall["speedup_vs_plain"],
@@ -165,7 +192,7 @@ def _report(questions: list[Question], per_prompt: list[dict[str, Measurement]],
         "plain_tokens_per_s": plain_tps,
         "engine_plain_vs_hf_generate": plain_vs_hf,
         "hf_generate_lossless": f"{sum(m['hf-generate'].output_ids == m['plain'].output_ids for m in per_prompt)}"
-                                f"/{len(per_prompt)}",
+        f"/{len(per_prompt)}",
         "results": results,
         "summary": summary,
     }
@@ -178,8 +205,12 @@ def _hf_reference(draft_len: int | str, hf_lens: list[int]) -> Callable[[dict[st
     return lambda measured: max(measured[f"hf-assisted@{d}"].tokens_per_s for d in hf_lens)
 
 
-def _figures(per_prompt: list[dict[str, Measurement]], label: str, indices: list[int],
-             versus: Callable[[dict[str, Measurement]], float] | None) -> dict:
+def _figures(
+    per_prompt: list[dict[str, Measurement]],
+    label: str,
+    indices: list[int],
+    versus: Callable[[dict[str, Measurement]], float] | None,
+) -> dict:
     """AL (with a 95% bootstrap CI over the prompts), speed and geomean speedups of one configuration over
     some prompts; `equal` counts outputs identical to plain decoding."""
     runs = [per_prompt[i][label] for i in indices]
@@ -191,9 +222,13 @@ def _figures(per_prompt: list[dict[str, Measurement]], label: str, indices: list
         "al_ci_low": low if steps else None,
         "al_ci_high": high if steps else None,
         "tokens_per_s": sum(r.new_tokens for r in runs) / sum(r.seconds for r in runs),
-        "speedup_vs_plain": geomean([speedup(per_prompt[i][label].tokens_per_s, per_prompt[i]["plain"].tokens_per_s)
-                                     for i in indices]),
-        "speedup_vs_hf_assisted": geomean([speedup(per_prompt[i][label].tokens_per_s, versus(per_prompt[i]))
-                                           for i in indices]) if versus else None,
+        "speedup_vs_plain": geomean(
+            [speedup(per_prompt[i][label].tokens_per_s, per_prompt[i]["plain"].tokens_per_s) for i in indices]
+        ),
+        "speedup_vs_hf_assisted": geomean(
+            [speedup(per_prompt[i][label].tokens_per_s, versus(per_prompt[i])) for i in indices]
+        )
+        if versus
+        else None,
         "equal": sum(per_prompt[i][label].output_ids == per_prompt[i]["plain"].output_ids for i in indices),
     }

@@ -29,13 +29,25 @@ WIDTHS = (1, 2, 4, 8, 16, 32)
 MODES = {"eager": "off", "compiled": "on"}
 
 
-def forward_benchmark(target: LoadedModel, modes: list[str], batch_sizes: list[int], widths=WIDTHS,
-                      context: int = 200, repeats: int = 7, plain_tokens: int = 64, profile: bool = False,
-                      progress: Callable[[str], None] = lambda label: None, seed: int = 0) -> dict:
+def forward_benchmark(
+    target: LoadedModel,
+    modes: list[str],
+    batch_sizes: list[int],
+    widths=WIDTHS,
+    context: int = 200,
+    repeats: int = 7,
+    plain_tokens: int = 64,
+    profile: bool = False,
+    progress: Callable[[str], None] = lambda label: None,
+    seed: int = 0,
+) -> dict:
     torch.manual_seed(seed)
     vocab = target.model.config.get_text_config(decoder=True).vocab_size
-    runners = {(mode, size): _pass_runner(target, mode, size, context, vocab, max(widths))
-               for mode in modes for size in batch_sizes}
+    runners = {
+        (mode, size): _pass_runner(target, mode, size, context, vocab, max(widths))
+        for mode in modes
+        for size in batch_sizes
+    }
     for key, run in runners.items():  # compiles, and warms every width
         progress(f"warming {key[0]} B={key[1]}")
         for width in widths:
@@ -52,17 +64,25 @@ def forward_benchmark(target: LoadedModel, modes: list[str], batch_sizes: list[i
     for mode, size, width in sorted(samples, key=lambda k: (modes.index(k[0]), k[1], k[2])):
         ms = 1000 * statistics.median(samples[(mode, size, width)])
         one = 1000 * statistics.median(samples[(mode, size, 1)]) if (mode, size, 1) in samples else None
-        results.append({"mode": mode, "batch_size": size, "tokens": width, "ms": ms,
-                        "vs_one_token": ms / one if one else None})
-    report = {"target": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
-              "context": context, "repeats": repeats, "results": results,
-              "bandwidth_gb_s": memory_bandwidth(target.device),
-              "weight_mb_per_token": weight_bytes(target) / 1e6}
+        results.append(
+            {"mode": mode, "batch_size": size, "tokens": width, "ms": ms, "vs_one_token": ms / one if one else None}
+        )
+    report = {
+        "target": target.spec,
+        "device": str(target.device),
+        "dtype": str(target.dtype).removeprefix("torch."),
+        "context": context,
+        "repeats": repeats,
+        "results": results,
+        "bandwidth_gb_s": memory_bandwidth(target.device),
+        "weight_mb_per_token": weight_bytes(target) / 1e6,
+    }
     report["roofline_tps"] = report["bandwidth_gb_s"] * 1e9 / weight_bytes(target)
     report["plain_tps"] = _plain_speeds(target, modes, vocab, plain_tokens, repeats=3, seed=seed)
     if profile:
-        report["profile"] = {mode: {width: _profile(runners[(mode, batch_sizes[0])], width) for width in (1, 9)}
-                             for mode in modes}
+        report["profile"] = {
+            mode: {width: _profile(runners[(mode, batch_sizes[0])], width) for width in (1, 9)} for mode in modes
+        }
     return report
 
 
@@ -83,8 +103,9 @@ def memory_bandwidth(device: torch.device, megabytes: int = 512) -> float:
     return data.numel() * 4 / best / 1e9
 
 
-def _pass_runner(target: LoadedModel, mode: str, batch_size: int, context: int, vocab: int,
-                 widest: int) -> Callable[[int], float]:
+def _pass_runner(
+    target: LoadedModel, mode: str, batch_size: int, context: int, vocab: int, widest: int
+) -> Callable[[int], float]:
     """A function timing one pass of `width` new tokens per row on `context` cached ones, then rolling back."""
     model, device = target.model, target.device
     prompt = torch.randint(0, vocab, (batch_size, context), device=device)  # [B, context]
@@ -100,6 +121,7 @@ def _pass_runner(target: LoadedModel, mode: str, batch_size: int, context: int, 
             elapsed = _clock(device) - started
             cache.keep(context)
             return elapsed
+
         return run
     caches = []
     for row in range(batch_size):
@@ -115,6 +137,7 @@ def _pass_runner(target: LoadedModel, mode: str, batch_size: int, context: int, 
             elapsed = _clock(device) - started
             trim_cache(cache, context)
             return elapsed
+
         return run
     cache, valid = stack_caches(caches, new_cache(model), device)
 
@@ -128,6 +151,7 @@ def _pass_runner(target: LoadedModel, mode: str, batch_size: int, context: int, 
         elapsed = _clock(device) - started
         trim_cache(cache, context)
         return elapsed
+
     return run
 
 
@@ -152,6 +176,7 @@ def _profile(run: Callable[[int], float], width: int, rows: int = 12) -> list[di
         for _ in range(5):
             run(width)
     events = sorted(recorded.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
-    return [{"op": e.key, "self_ms_per_pass": e.self_cpu_time_total / 1000 / 5, "calls_per_pass": e.count / 5}
-            for e in events]
-
+    return [
+        {"op": e.key, "self_ms_per_pass": e.self_cpu_time_total / 1000 / 5, "calls_per_pass": e.count / 5}
+        for e in events
+    ]

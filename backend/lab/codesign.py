@@ -25,12 +25,17 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
     and split 'all') of the target, newest sweep first. With no points, only the rules."""
     heads, kv_heads = facts["num_attention_heads"], facts["num_key_value_heads"]
     report = {
-        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "G": heads / kv_heads,
-        "d_start": d_start(heads, kv_heads), "d_ladder": d_ladder(heads, kv_heads),
-        "num_layers": facts.get("num_layers"), "drafter": drafter,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "G": heads / kv_heads,
+        "d_start": d_start(heads, kv_heads),
+        "d_ladder": d_ladder(heads, kv_heads),
+        "num_layers": facts.get("num_layers"),
+        "drafter": drafter,
     }
-    overall = newest_per_config([p for p in points if p.get("category", "all") == "all"
-                                  and p.get("split", "all") == "all"])
+    overall = newest_per_config(
+        [p for p in points if p.get("category", "all") == "all" and p.get("split", "all") == "all"]
+    )
     drafters = sorted({p["drafter"] for p in overall} - {"none"})
     if drafter is None and drafters:
         drafter = max(drafters, key=lambda name: max(p["throughput_tps"] for p in overall if p["drafter"] == name))
@@ -42,8 +47,9 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
         rhos = [p["rho"] for p in single if p.get("rho") is not None and not math.isnan(p["rho"])]
         rho = sum(rhos) / len(rhos) if rhos else 0.0
         report["rho"] = rho
-        report["predicted"] = {str(p["draft_len"]): predicted_speedup(p["al"], rho, int(p["draft_len"]))
-                               for p in single}
+        report["predicted"] = {
+            str(p["draft_len"]): predicted_speedup(p["al"], rho, int(p["draft_len"])) for p in single
+        }
         report["measured"] = {str(p["draft_len"]): p["throughput_tps"] / baseline["throughput_tps"] for p in single}
         report["al"] = {str(p["draft_len"]): p["al"] for p in single}
     if chosen:

@@ -32,8 +32,9 @@ class Question:
     turns: tuple[str, ...]
 
 
-def load_suite(path: str | Path, categories: list[str] | None = None, limit: int | None = None,
-               per_category: int | None = None) -> list[Question]:
+def load_suite(
+    path: str | Path, categories: list[str] | None = None, limit: int | None = None, per_category: int | None = None
+) -> list[Question]:
     """Read a question.jsonl file; keep the given categories (all if None), the first `per_category`
     prompts of each category, then the first `limit` prompts."""
     path = Path(path)
@@ -47,8 +48,10 @@ def load_suite(path: str | Path, categories: list[str] | None = None, limit: int
     if categories:
         unknown = set(categories) - {q.category for q in questions}
         if unknown:
-            raise SpecScopeError(f"{path} has no prompts in categories {sorted(unknown)}; it has "
-                                 f"{sorted({q.category for q in questions})}")
+            raise SpecScopeError(
+                f"{path} has no prompts in categories {sorted(unknown)}; it has "
+                f"{sorted({q.category for q in questions})}"
+            )
         questions = [q for q in questions if q.category in categories]
     if per_category is not None:
         seen: dict[str, int] = {}
@@ -74,8 +77,9 @@ def _parse_question(line: str, where: str) -> Question:
     return Question(record["question_id"], str(record.get("category", "uncategorized")), tuple(turns))
 
 
-def encode_conversation(tokenizer: PreTrainedTokenizerBase, turns: list[str], answers: list[str],
-                        use_chat_template: bool = True) -> list[int]:
+def encode_conversation(
+    tokenizer: PreTrainedTokenizerBase, turns: list[str], answers: list[str], use_chat_template: bool = True
+) -> list[int]:
     """Token ids for the conversation so far, ending where the model's next answer begins.
 
     `turns` are the user messages up to the current one; `answers` the model's answers to all but

@@ -48,8 +48,9 @@ def git_commit() -> str | None:
     if not (ROOT / ".git").exists():
         return None
     try:
-        done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() or None if done.returncode == 0 else None
@@ -58,8 +59,12 @@ def git_commit() -> str | None:
 @functools.cache
 def software() -> dict:
     """The software a run was measured with, stored with every run and sweep point."""
-    return {"torch_version": torch.__version__, "transformers_version": transformers.__version__,
-            "specscope_version": package_version(), "git_commit": git_commit()}
+    return {
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "specscope_version": package_version(),
+        "git_commit": git_commit(),
+    }
 
 
 @dataclass(frozen=True)
@@ -99,44 +104,90 @@ class RunRecorder:
         """Store the run as running; returns its new id."""
         run_id = uuid.uuid4().hex
         target = self.target
-        self.store.start_run({
-            "run_id": run_id, "group_id": plan.group_id, "lane": plan.lane, "kind": plan.kind,
-            "turns": list(plan.turns), "question_id": plan.question_id, "category": plan.category,
-            "target": self.target_name, "target_fingerprint": target.fingerprint, "drafter": plan.drafter,
-            "drafter_options": plan.drafter_options, "draft_len": plan.draft_len,
-            "temperature": plan.sampling.temperature, "top_p": plan.sampling.top_p, "top_k": plan.sampling.top_k,
-            "seed": plan.seed, "max_new_tokens": plan.max_new_tokens, "device": str(target.device),
-            "dtype": str(target.dtype).removeprefix("torch."), "compile": self.compile,
-            "batch_size": plan.batch_size, "split": plan.split, **software(),
-        })
+        self.store.start_run(
+            {
+                "run_id": run_id,
+                "group_id": plan.group_id,
+                "lane": plan.lane,
+                "kind": plan.kind,
+                "turns": list(plan.turns),
+                "question_id": plan.question_id,
+                "category": plan.category,
+                "target": self.target_name,
+                "target_fingerprint": target.fingerprint,
+                "drafter": plan.drafter,
+                "drafter_options": plan.drafter_options,
+                "draft_len": plan.draft_len,
+                "temperature": plan.sampling.temperature,
+                "top_p": plan.sampling.top_p,
+                "top_k": plan.sampling.top_k,
+                "seed": plan.seed,
+                "max_new_tokens": plan.max_new_tokens,
+                "device": str(target.device),
+                "dtype": str(target.dtype).removeprefix("torch."),
+                "compile": self.compile,
+                "batch_size": plan.batch_size,
+                "split": plan.split,
+                **software(),
+            }
+        )
         return run_id
 
     def add_steps(self, run_id: str, records: Sequence[dict]) -> None:
         self.store.add_steps(run_id, records)
 
-    def finish(self, run_id: str, steps: Sequence[StepLike], prompt_tokens: int, finish_reason: str | None,
-               output_text: str | None = None, prefill_s: float | None = None,
-               baseline_tokens_per_s: float | None = None, own_baseline: bool = False) -> dict:
+    def finish(
+        self,
+        run_id: str,
+        steps: Sequence[StepLike],
+        prompt_tokens: int,
+        finish_reason: str | None,
+        output_text: str | None = None,
+        prefill_s: float | None = None,
+        baseline_tokens_per_s: float | None = None,
+        own_baseline: bool = False,
+    ) -> dict:
         """Store the run as complete with its figures; returns metrics.summary of its steps.
         own_baseline: a plain run is its own baseline (its tokens/s stored as the baseline's)."""
         figures = summary(steps)
         if own_baseline:
             baseline_tokens_per_s = figures["tokens_per_s"]
-        self.store.finish_run(run_id, status="complete", new_tokens=figures["new_tokens"], al=figures["al"],
-                              acceptance_rate=figures["acceptance_rate"], tokens_per_s=figures["tokens_per_s"],
-                              decode_s=figures["decode_s"], prefill_s=prefill_s, prompt_tokens=prompt_tokens,
-                              output_text=output_text, finish_reason=finish_reason,
-                              baseline_tokens_per_s=baseline_tokens_per_s)
+        self.store.finish_run(
+            run_id,
+            status="complete",
+            new_tokens=figures["new_tokens"],
+            al=figures["al"],
+            acceptance_rate=figures["acceptance_rate"],
+            tokens_per_s=figures["tokens_per_s"],
+            decode_s=figures["decode_s"],
+            prefill_s=prefill_s,
+            prompt_tokens=prompt_tokens,
+            output_text=output_text,
+            finish_reason=finish_reason,
+            baseline_tokens_per_s=baseline_tokens_per_s,
+        )
         return figures
 
-    def finish_turns(self, run_id: str, turns: Sequence[TurnResult], baseline_tokens_per_s: float | None = None,
-                     own_baseline: bool = False) -> dict:
+    def finish_turns(
+        self,
+        run_id: str,
+        turns: Sequence[TurnResult],
+        baseline_tokens_per_s: float | None = None,
+        own_baseline: bool = False,
+    ) -> dict:
         """`finish` for a run of the Runner's turns; returns RunResult.summary (prefill included)."""
         result = RunResult(list(turns))
         figures = result.summary()
-        self.finish(run_id, result.steps, sum(len(t.prompt_ids) for t in turns),
-                    turns[-1].finish_reason if turns else None, result.text, figures["prefill_s"],
-                    baseline_tokens_per_s, own_baseline)
+        self.finish(
+            run_id,
+            result.steps,
+            sum(len(t.prompt_ids) for t in turns),
+            turns[-1].finish_reason if turns else None,
+            result.text,
+            figures["prefill_s"],
+            baseline_tokens_per_s,
+            own_baseline,
+        )
         return figures
 
     def cancel(self, run_id: str) -> None:

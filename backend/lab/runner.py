@@ -60,8 +60,15 @@ class RunResult:
             "text": self.text,
             "steps": [{"turn": t, **step.to_dict()} for t, turn in enumerate(self.turns) for step in turn.steps],
             "summary": self.summary(),
-            "turns": [{"prompt_tokens": len(turn.prompt_ids), "output_ids": turn.output_ids, "text": turn.text,
-                       "finish_reason": turn.finish_reason} for turn in self.turns],
+            "turns": [
+                {
+                    "prompt_tokens": len(turn.prompt_ids),
+                    "output_ids": turn.output_ids,
+                    "text": turn.text,
+                    "finish_reason": turn.finish_reason,
+                }
+                for turn in self.turns
+            ],
         }
 
 
@@ -76,26 +83,50 @@ class Runner:
     def decode(self, ids: list[int]) -> str:
         return self.target.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def stream(self, turns: list[str] | tuple[str, ...], drafter: Drafter | None, settings: GenerationSettings,
-               reference: list[list[int]] | None = None) -> Iterator[tuple[int, StepEvent | TurnResult]]:
+    def stream(
+        self,
+        turns: list[str] | tuple[str, ...],
+        drafter: Drafter | None,
+        settings: GenerationSettings,
+        reference: list[list[int]] | None = None,
+    ) -> Iterator[tuple[int, StepEvent | TurnResult]]:
         """Answer each turn in order, every turn seeing the earlier answers. Yields (turn, StepEvent)
         for every step and (turn, TurnResult) when a turn ends. With `reference` (one target rollout
         per turn) the drafts are scored against that rollout instead of the target's choices."""
         answers: list[str] = []
         for index in range(len(turns)):
-            prompt_ids = encode_conversation(self.target.tokenizer, list(turns[: index + 1]), answers,
-                                             self.use_chat_template)
+            prompt_ids = encode_conversation(
+                self.target.tokenizer, list(turns[: index + 1]), answers, self.use_chat_template
+            )
             turn_settings = replace(settings, seed=settings.seed + index)
-            generation = self.engine.generate(prompt_ids, drafter, turn_settings, decode=self.decode,
-                                              reference=reference[index] if reference is not None else None)
+            generation = self.engine.generate(
+                prompt_ids,
+                drafter,
+                turn_settings,
+                decode=self.decode,
+                reference=reference[index] if reference is not None else None,
+            )
             for event in generation:
                 yield index, event
-            result = TurnResult(prompt_ids, generation.output_ids, self.decode(generation.output_ids),
-                                generation.steps, generation.prefill_s, generation.decode_s, generation.finish_reason)
+            result = TurnResult(
+                prompt_ids,
+                generation.output_ids,
+                self.decode(generation.output_ids),
+                generation.steps,
+                generation.prefill_s,
+                generation.decode_s,
+                generation.finish_reason,
+            )
             answers.append(result.text)
             yield index, result
 
-    def run(self, turns: list[str] | tuple[str, ...], drafter: Drafter | None, settings: GenerationSettings,
-            reference: list[list[int]] | None = None) -> RunResult:
-        return RunResult([item for _, item in self.stream(turns, drafter, settings, reference)
-                          if isinstance(item, TurnResult)])
+    def run(
+        self,
+        turns: list[str] | tuple[str, ...],
+        drafter: Drafter | None,
+        settings: GenerationSettings,
+        reference: list[list[int]] | None = None,
+    ) -> RunResult:
+        return RunResult(
+            [item for _, item in self.stream(turns, drafter, settings, reference) if isinstance(item, TurnResult)]
+        )

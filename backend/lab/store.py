@@ -30,7 +30,9 @@ from backend.core.paths import user_data
 DEFAULT_DB = user_data() / "specscope.duckdb"
 
 MIGRATIONS: list[tuple[int, str]] = [
-    (1, """
+    (
+        1,
+        """
         CREATE TABLE runs (
             run_id VARCHAR PRIMARY KEY,
             group_id VARCHAR,               -- the lanes of one comparison share a group
@@ -89,8 +91,11 @@ MIGRATIONS: list[tuple[int, str]] = [
             target_text VARCHAR
         );
         CREATE INDEX steps_by_run ON steps (run_id);
-    """),
-    (2, """
+    """,
+    ),
+    (
+        2,
+        """
         ALTER TABLE runs ADD COLUMN batch_size INTEGER;
         ALTER TABLE runs ADD COLUMN split VARCHAR;     -- prompt length split: short, medium, long
         CREATE TABLE sweeps (
@@ -129,22 +134,42 @@ MIGRATIONS: list[tuple[int, str]] = [
             rho DOUBLE,
             lossless BOOLEAN
         );
-    """),
-    (3, """
+    """,
+    ),
+    (
+        3,
+        """
         ALTER TABLE runs ADD COLUMN compile VARCHAR;  -- on | off: the target's passes compiled or eager
         ALTER TABLE sweep_points ADD COLUMN compile VARCHAR;
-    """),
-    (4, """
+    """,
+    ),
+    (
+        4,
+        """
         ALTER TABLE runs ADD COLUMN specscope_version VARCHAR;  -- the worker's package version
         ALTER TABLE runs ADD COLUMN git_commit VARCHAR;         -- its checkout's commit; NULL outside git
         ALTER TABLE sweep_points ADD COLUMN specscope_version VARCHAR;
         ALTER TABLE sweep_points ADD COLUMN git_commit VARCHAR;
-    """),
+    """,
+    ),
 ]
 TABLES = ("runs", "steps", "sweep_points")  # written in bulk with the column types the migrations declared
 
-FINAL_FIELDS = {"status", "finished_at", "new_tokens", "al", "acceptance_rate", "tokens_per_s", "decode_s",
-                "prefill_s", "baseline_tokens_per_s", "output_text", "finish_reason", "error", "prompt_tokens"}
+FINAL_FIELDS = {
+    "status",
+    "finished_at",
+    "new_tokens",
+    "al",
+    "acceptance_rate",
+    "tokens_per_s",
+    "decode_s",
+    "prefill_s",
+    "baseline_tokens_per_s",
+    "output_text",
+    "finish_reason",
+    "error",
+    "prompt_tokens",
+}
 
 
 def _equal_to(*pairs: tuple[str, object]) -> tuple[list[str], list]:
@@ -171,8 +196,9 @@ class RunStore:
         self._db = duckdb.connect(str(self.path))
         self.migrate()
         with self._db.cursor() as reader:
-            self._schemas = {table: reader.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema
-                             for table in TABLES}
+            self._schemas = {
+                table: reader.sql(f"SELECT * FROM {table} LIMIT 0").to_arrow_table().schema for table in TABLES
+            }
         self.recovered = self._mark_interrupted_runs()
 
     # -- schema -------------------------------------------------------------------------------
@@ -216,10 +242,19 @@ class RunStore:
                 self._db.unregister("row_batch")
 
     def start_run(self, run: dict) -> None:
-        self._insert("runs", [{**run, "status": "running", "created_at": run.get("created_at") or now(),
-                               "turns": json.dumps(list(run["turns"])),
-                               "drafter_options": json.dumps(run.get("drafter_options") or {}),
-                               "draft_len": str(run["draft_len"])}])
+        self._insert(
+            "runs",
+            [
+                {
+                    **run,
+                    "status": "running",
+                    "created_at": run.get("created_at") or now(),
+                    "turns": json.dumps(list(run["turns"])),
+                    "drafter_options": json.dumps(run.get("drafter_options") or {}),
+                    "draft_len": str(run["draft_len"]),
+                }
+            ],
+        )
 
     def add_steps(self, run_id: str, steps: Sequence[dict]) -> None:
         """Append step records (StepEvent dicts with a `turn`) in one bulk insert."""
@@ -232,7 +267,9 @@ class RunStore:
             with self._lock:
                 self._db.execute(
                     f"UPDATE runs SET status = 'failed', error = ?, finished_at = ? WHERE status = 'running' "
-                    f"AND run_id IN ({', '.join('?' for _ in run_ids)})", [message, now(), *run_ids])
+                    f"AND run_id IN ({', '.join('?' for _ in run_ids)})",
+                    [message, now(), *run_ids],
+                )
 
     def finish_run(self, run_id: str, **fields) -> None:
         unknown = set(fields) - FINAL_FIELDS
@@ -245,12 +282,27 @@ class RunStore:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def runs(self, target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
-             category: str | None = None, status: str | None = None, kind: str | None = None,
-             since: datetime | None = None, until: datetime | None = None, limit: int = 1000) -> pd.DataFrame:
+    def runs(
+        self,
+        target: str | None = None,
+        drafter: str | None = None,
+        draft_len: str | None = None,
+        category: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 1000,
+    ) -> pd.DataFrame:
         """Runs, newest first, filtered by equality on the given fields and a created_at range."""
-        conditions, values = _equal_to(("target", target), ("drafter", drafter), ("draft_len", draft_len),
-                                       ("category", category), ("status", status), ("kind", kind))
+        conditions, values = _equal_to(
+            ("target", target),
+            ("drafter", drafter),
+            ("draft_len", draft_len),
+            ("category", category),
+            ("status", status),
+            ("kind", kind),
+        )
         if since is not None:
             conditions.append("created_at >= ?")
             values.append(since)
@@ -270,11 +322,17 @@ class RunStore:
 
     def steps(self, run_id: str) -> pd.DataFrame:
         with self._lock:
-            return self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY turn, step_index",
-                                    [run_id]).df()
+            return self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY turn, step_index", [run_id]).df()
 
-    def baseline_tokens_per_s(self, target_fingerprint: str, turns: list[str], max_new_tokens: int,
-                              temperature: float, device: str, compile: str) -> float | None:
+    def baseline_tokens_per_s(
+        self,
+        target_fingerprint: str,
+        turns: list[str],
+        max_new_tokens: int,
+        temperature: float,
+        device: str,
+        compile: str,
+    ) -> float | None:
         """Tokens/s of the newest complete plain run (D = 0) of the same prompt and settings."""
         with self._lock:
             row = self._db.execute(
@@ -287,21 +345,27 @@ class RunStore:
             ).fetchone()
         return row[0] if row else None
 
-    def acceptance_tables(self, target: str | None = None, drafter: str | None = None, category: str | None = None,
-                          split: str | None = None) -> dict[str, pd.DataFrame]:
+    def acceptance_tables(
+        self,
+        target: str | None = None,
+        drafter: str | None = None,
+        category: str | None = None,
+        split: str | None = None,
+    ) -> dict[str, pd.DataFrame]:
         """Acceptance over every stored drafting step, grouped by (drafter, draft_len, category), computed
         in DuckDB: `runs` (accepted drafts, drafting steps and drafted tokens per run, for bootstrap CIs), `histogram`
         (steps by accepted count) and `positions` (per draft position: steps that reached it with every
         earlier draft accepted, and steps that accepted it). Runs without a category count as '(none)';
         `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs)."""
-        conditions, values = _equal_to(("r.target", target), ("r.drafter", drafter), ("r.category", category),
-                                       ("r.split", split))
+        conditions, values = _equal_to(
+            ("r.target", target), ("r.drafter", drafter), ("r.category", category), ("r.split", split)
+        )
         conditions += ["len(st.drafted) > 0", "r.status IN ('complete', 'cancelled', 'incomplete')"]
         drafting = f"""
             SELECT r.drafter, r.draft_len, coalesce(r.category, '(none)') AS category,
                    r.run_id,
                    st.accepted, len(st.drafted) AS drafted
-            FROM steps st JOIN runs r USING (run_id) WHERE {' AND '.join(conditions)}"""
+            FROM steps st JOIN runs r USING (run_id) WHERE {" AND ".join(conditions)}"""
         queries = {
             "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps,
                                sum(drafted) AS drafted
@@ -321,17 +385,21 @@ class RunStore:
 
     def start_sweep(self, sweep_id: str, target: str, fingerprint: str, device: str, settings: dict) -> None:
         with self._lock:
-            self._db.execute("INSERT INTO sweeps VALUES (?, ?, NULL, 'running', ?, ?, ?, ?)",
-                             [sweep_id, now(), target, fingerprint, device, json.dumps(settings)])
+            self._db.execute(
+                "INSERT INTO sweeps VALUES (?, ?, NULL, 'running', ?, ?, ?, ?)",
+                [sweep_id, now(), target, fingerprint, device, json.dumps(settings)],
+            )
 
     def add_sweep_points(self, sweep_id: str, points: Sequence[dict]) -> None:
-        self._insert("sweep_points", [{**point, "sweep_id": sweep_id, "draft_len": str(point["draft_len"])}
-                                      for point in points])
+        self._insert(
+            "sweep_points", [{**point, "sweep_id": sweep_id, "draft_len": str(point["draft_len"])} for point in points]
+        )
 
     def finish_sweep(self, sweep_id: str, status: str) -> None:
         with self._lock:
-            self._db.execute("UPDATE sweeps SET status = ?, finished_at = ? WHERE sweep_id = ?",
-                             [status, now(), sweep_id])
+            self._db.execute(
+                "UPDATE sweeps SET status = ?, finished_at = ? WHERE sweep_id = ?", [status, now(), sweep_id]
+            )
 
     def sweeps(self) -> pd.DataFrame:
         with self._lock:
@@ -345,7 +413,9 @@ class RunStore:
         with self._lock:
             return self._db.execute(
                 f"SELECT p.*, s.target, s.created_at FROM sweep_points p JOIN sweeps s USING (sweep_id) {where} "
-                "ORDER BY s.created_at DESC, p.drafter, p.draft_len, p.batch_size", values).df()
+                "ORDER BY s.created_at DESC, p.drafter, p.draft_len, p.batch_size",
+                values,
+            ).df()
 
     def close(self) -> None:
         with self._lock:

@@ -51,10 +51,18 @@ class SweepRow:
         return split_of(len(self.result.prompt_ids))
 
 
-def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str], draft_lens: list[int | str],
-              batch_sizes: list[int], max_new_tokens: int, options: DrafterOptions, store: RunStore | None,
-              progress: Callable[[str, int, int], None] = lambda label, done, total: None,
-              settings_record: dict | None = None) -> dict:
+def run_sweep(
+    target: LoadedModel,
+    questions: list[Question],
+    drafters: list[str],
+    draft_lens: list[int | str],
+    batch_sizes: list[int],
+    max_new_tokens: int,
+    options: DrafterOptions,
+    store: RunStore | None,
+    progress: Callable[[str, int, int], None] = lambda label, done, total: None,
+    settings_record: dict | None = None,
+) -> dict:
     """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all)."""
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
@@ -83,7 +91,7 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
                 rows: list[SweepRow] = []
                 wall = prefill = 0.0
                 for start in range(0, len(prompts), size):
-                    result = batch.generate(prompts[start: start + size], drafter, settings)
+                    result = batch.generate(prompts[start : start + size], drafter, settings)
                     wall += result.wall_s
                     prefill += result.prefill_s
                     for offset, row in enumerate(result.rows):
@@ -94,10 +102,14 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
                 config = {"drafter": name, "draft_len": draft_len, "batch_size": size, "compile": engine.compile}
                 overall = summarise(rows, wall, config, "all", "all")
                 overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
-                parts = [summarise([r for r in rows if r.question.category == c], None, config, c, "all")
-                         for c in sorted({r.question.category for r in rows})]
-                parts += [summarise([r for r in rows if r.split == s], None, config, "all", s)
-                          for s in sorted({r.split for r in rows})]
+                parts = [
+                    summarise([r for r in rows if r.question.category == c], None, config, c, "all")
+                    for c in sorted({r.question.category for r in rows})
+                ]
+                parts += [
+                    summarise([r for r in rows if r.split == s], None, config, "all", s)
+                    for s in sorted({r.split for r in rows})
+                ]
                 points.append(overall)
                 by_category += parts
                 if store is not None:
@@ -110,11 +122,25 @@ def run_sweep(target: LoadedModel, questions: list[Question], drafters: list[str
         raise
     if store is not None:
         store.finish_sweep(sweep_id, "complete")
-    keys = ("drafter", "draft_len", "batch_size", "throughput_tps", "interactivity_tps", "al", "al_ci_low",
-            "al_ci_high", "lossless")
+    keys = (
+        "drafter",
+        "draft_len",
+        "batch_size",
+        "throughput_tps",
+        "interactivity_tps",
+        "al",
+        "al_ci_low",
+        "al_ci_high",
+        "lossless",
+    )
     slim = [{k: p[k] for k in keys} for p in points]
-    return {"sweep_id": sweep_id, "points": slim, "frontier": pareto_frontier(slim),
-            "details": points, "by_category": by_category}
+    return {
+        "sweep_id": sweep_id,
+        "points": slim,
+        "frontier": pareto_frontier(slim),
+        "details": points,
+        "by_category": by_category,
+    }
 
 
 def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category: str, split: str) -> dict:
@@ -127,28 +153,46 @@ def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category
     tpots = [row.result.time_per_output_token for row in rows if row.result.time_per_output_token]
     new_tokens = sum(len(row.result.output_ids) for row in rows)
     return {
-        **config, "category": category, "split": split, "prompts": len(rows), "new_tokens": new_tokens,
+        **config,
+        "category": category,
+        "split": split,
+        "prompts": len(rows),
+        "new_tokens": new_tokens,
         "wall_s": wall_s,
         "throughput_tps": new_tokens / wall_s if wall_s else None,
         "decode_throughput_tps": None,
         "interactivity_tps": 1.0 / (sum(tpots) / len(tpots)) if tpots and wall_s else None,
         "ttft_s": sum(row.result.first_token_s for row in rows) / len(rows) if rows and wall_s else None,
-        "al": al if stats.drafting_steps else stats.al, "al_ci_low": low, "al_ci_high": high,
-        "acceptance_rate": stats.acceptance_rate, "histogram": stats.histogram, "survival": stats.survival,
+        "al": al if stats.drafting_steps else stats.al,
+        "al_ci_low": low,
+        "al_ci_high": high,
+        "acceptance_rate": stats.acceptance_rate,
+        "histogram": stats.histogram,
+        "survival": stats.survival,
         "conditional": [c if c is not None else float("nan") for c in stats.conditional],
         "draft_s_mean": sum(s.draft_s for s in steps) / len(steps) if steps else None,
         "verify_s_mean": sum(s.verify_s for s in steps) / len(steps) if steps else None,
-        "rho": measured_rho(steps), "lossless": all(row.lossless for row in rows),
+        "rho": measured_rho(steps),
+        "lossless": all(row.lossless for row in rows),
     }
 
 
-def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], config: dict,
-                max_new_tokens: int) -> None:
+def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], config: dict, max_new_tokens: int) -> None:
     """Every row as a run (kind 'sweep', grouped by the sweep id) with its steps."""
     for row in rows:
-        run_id = recorder.start(RunPlan(kind="sweep", turns=[row.question.turns[0]], drafter=config["drafter"],
-                                        draft_len=config["draft_len"], max_new_tokens=max_new_tokens,
-                                        question_id=str(row.question.question_id), category=row.question.category,
-                                        group_id=sweep_id, batch_size=config["batch_size"], split=row.split))
+        run_id = recorder.start(
+            RunPlan(
+                kind="sweep",
+                turns=[row.question.turns[0]],
+                drafter=config["drafter"],
+                draft_len=config["draft_len"],
+                max_new_tokens=max_new_tokens,
+                question_id=str(row.question.question_id),
+                category=row.question.category,
+                group_id=sweep_id,
+                batch_size=config["batch_size"],
+                split=row.split,
+            )
+        )
         recorder.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in row.result.steps])
         recorder.finish(run_id, row.result.steps, len(row.result.prompt_ids), row.result.finish_reason)

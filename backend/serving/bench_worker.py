@@ -45,9 +45,27 @@ def start_worker(target: str, device: str, compile: str = "off") -> tuple[subpro
         port = sock.getsockname()[1]
     db = Path(tempfile.mkdtemp(prefix="specscope-bench-")) / "runs.duckdb"
     process = subprocess.Popen(
-        [sys.executable, "-m", "backend", "worker", "--port", str(port), "--db", str(db), "--default-target", target,
-         "--device", device, "--compile", compile], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "SPECSCOPE_TOKEN": ""})
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "worker",
+            "--port",
+            str(port),
+            "--db",
+            str(db),
+            "--default-target",
+            target,
+            "--device",
+            device,
+            "--compile",
+            compile,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "SPECSCOPE_TOKEN": ""},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -63,8 +81,16 @@ def start_worker(target: str, device: str, compile: str = "off") -> tuple[subpro
     raise TimeoutError("the worker did not become ready")
 
 
-def stream_benchmark(target_spec: str, questions: list[Question], drafter: str, draft_len: int | str,
-                     max_new_tokens: int, repeats: int, device: str = "auto", compile: str = "off") -> dict:
+def stream_benchmark(
+    target_spec: str,
+    questions: list[Question],
+    drafter: str,
+    draft_len: int | str,
+    max_new_tokens: int,
+    repeats: int,
+    device: str = "auto",
+    compile: str = "off",
+) -> dict:
     """In process and through the worker on the same path (`compile`), alternating."""
     target = load_model(target_spec, device=device, compile=compile)
     runner = Runner(target)
@@ -86,37 +112,49 @@ def stream_benchmark(target_spec: str, questions: list[Question], drafter: str, 
                         measured["local"] = (len(result.output_ids) / result.wall_s, result.output_ids, None)
                     else:
                         measured["worker"] = _through_worker(client, question, drafter, draft_len, max_new_tokens)
-                rows.append({
-                    "question_id": question.question_id,
-                    "in_process_tokens_per_s": measured["local"][0],
-                    "worker_tokens_per_s": measured["worker"][0],
-                    "ratio": measured["worker"][0] / measured["local"][0],
-                    "first_step_s": measured["worker"][2],
-                    "same_output": measured["local"][1] == measured["worker"][1],
-                })
+                rows.append(
+                    {
+                        "question_id": question.question_id,
+                        "in_process_tokens_per_s": measured["local"][0],
+                        "worker_tokens_per_s": measured["worker"][0],
+                        "ratio": measured["worker"][0] / measured["local"][0],
+                        "first_step_s": measured["worker"][2],
+                        "same_output": measured["local"][1] == measured["worker"][1],
+                    }
+                )
         loaded_memory = resident_mb(process.pid)
     finally:
         client.close()
         process.terminate()
         process.wait(timeout=30)
     return {
-        "target": target_spec, "drafter": drafter, "draft_len": draft_len, "max_new_tokens": max_new_tokens,
+        "target": target_spec,
+        "drafter": drafter,
+        "draft_len": draft_len,
+        "max_new_tokens": max_new_tokens,
         "rows": rows,
         "geomean_worker_over_in_process": geomean([r["ratio"] for r in rows]),
         "median_first_step_s": sorted(r["first_step_s"] for r in rows)[len(rows) // 2],
-        "worker_memory_after_load_mb": idle_memory, "worker_memory_after_runs_mb": loaded_memory,
+        "worker_memory_after_load_mb": idle_memory,
+        "worker_memory_after_runs_mb": loaded_memory,
         "all_outputs_equal": all(r["same_output"] for r in rows),
     }
 
 
-def _through_worker(client: WorkerClient, question: Question, drafter: str, draft_len: int | str,
-                    max_new_tokens: int) -> tuple[float, list[int], float]:
+def _through_worker(
+    client: WorkerClient, question: Question, drafter: str, draft_len: int | str, max_new_tokens: int
+) -> tuple[float, list[int], float]:
     """(tokens/s from sending the request to the last step, output ids, seconds to the first step)."""
     sent = time.perf_counter()
     first_step = last_step = None
     output: list[int] = []
-    for record in client.generate(messages=list(question.turns), drafter=drafter, draft_len=draft_len,
-                                  max_new_tokens=max_new_tokens, baseline=False):
+    for record in client.generate(
+        messages=list(question.turns),
+        drafter=drafter,
+        draft_len=draft_len,
+        max_new_tokens=max_new_tokens,
+        baseline=False,
+    ):
         if record["type"] == "step":
             last_step = time.perf_counter()
             first_step = first_step or last_step

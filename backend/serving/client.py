@@ -93,8 +93,10 @@ class WorkerClient:
         return response.json()
 
     def _unreachable(self, error: Exception) -> WorkerError:
-        return WorkerError(f"cannot reach the SpecScope worker at {self.url} ({type(error).__name__}): start it "
-                           "with `python -m backend worker`, or set SPECSCOPE_WORKER_URL to where it runs")
+        return WorkerError(
+            f"cannot reach the SpecScope worker at {self.url} ({type(error).__name__}): start it "
+            "with `python -m backend worker`, or set SPECSCOPE_WORKER_URL to where it runs"
+        )
 
     def close(self) -> None:
         self._http.close()

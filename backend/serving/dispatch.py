@@ -58,9 +58,18 @@ class JobDispatcher:
             job.emit({"type": "progress", "label": label, "done": done, "total": total})
 
         try:
-            report = run_sweep(target, questions, body.drafters, body.draft_lens, body.batch_sizes,
-                               body.max_new_tokens, DrafterOptions(), self.store, progress,
-                               {**body.settings, "max_new_tokens": body.max_new_tokens})
+            report = run_sweep(
+                target,
+                questions,
+                body.drafters,
+                body.draft_lens,
+                body.batch_sizes,
+                body.max_new_tokens,
+                DrafterOptions(),
+                self.store,
+                progress,
+                {**body.settings, "max_new_tokens": body.max_new_tokens},
+            )
         except SweepStopped:
             return
         except SpecScopeError as error:

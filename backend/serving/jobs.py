@@ -115,8 +115,9 @@ class Scheduler:
                 if not job.cancelled.is_set():
                     log.info("job %s started: %s, drafter %s", job.id, job.kind, job.drafter)
                     self.execute(job)
-                    outcome = "cancelled" if job.cancelled.is_set() else (
-                        f"failed: {job.error}" if job.error else "complete")
+                    outcome = (
+                        "cancelled" if job.cancelled.is_set() else (f"failed: {job.error}" if job.error else "complete")
+                    )
             except JobCancelled:
                 outcome = "cancelled"
             except Exception as error:  # a bug: report it to the client rather than kill the thread
@@ -127,6 +128,12 @@ class Scheduler:
                 with self._wake:
                     self._running = None
                 job.emit(_DONE)
-            log.log(logging.WARNING if outcome.startswith("failed") else logging.INFO,
-                    "job %s ended: %s, drafter %s, %.2f s, %s", job.id, job.kind, job.drafter,
-                    time.perf_counter() - started, outcome)
+            log.log(
+                logging.WARNING if outcome.startswith("failed") else logging.INFO,
+                "job %s ended: %s, drafter %s, %.2f s, %s",
+                job.id,
+                job.kind,
+                job.drafter,
+                time.perf_counter() - started,
+                outcome,
+            )

@@ -46,8 +46,12 @@ class RunningFigures:
         self.seconds += event.draft_s + event.verify_s
         self.tokens += len(event.emitted)
         stats = self.acceptance.stats()
-        return {"al": stats.al, "acceptance_rate": stats.acceptance_rate,
-                "tokens_per_s": self.tokens / self.seconds if self.seconds > 0 else 0.0, "new_tokens": self.tokens}
+        return {
+            "al": stats.al,
+            "acceptance_rate": stats.acceptance_rate,
+            "tokens_per_s": self.tokens / self.seconds if self.seconds > 0 else 0.0,
+            "new_tokens": self.tokens,
+        }
 
 
 @dataclass
@@ -93,15 +97,34 @@ class LiveRuns:
             recorder.fail([lane.run_id for lane in lanes], f"{type(error).__name__}: {error}")
             raise
 
-    def _open_lane(self, job: Job, runner: Runner, recorder: RunRecorder, request: RunRequest, index: int,
-                   spec: LaneSpec, reference: list[list[int]] | None, group_id: str | None) -> LaneRun:
+    def _open_lane(
+        self,
+        job: Job,
+        runner: Runner,
+        recorder: RunRecorder,
+        request: RunRequest,
+        index: int,
+        spec: LaneSpec,
+        reference: list[list[int]] | None,
+        group_id: str | None,
+    ) -> LaneRun:
         drafter = self.models.drafter(request.target, spec.drafter, spec.options)
         kind = "replay" if reference is not None else ("compare" if group_id else "generate")
         run_id = recorder.start(request.plan(spec, kind, group_id, index if group_id else None))
         events = runner.stream(request.turns, drafter, request.settings(spec.draft_len), reference)
-        job.emit({"type": "start", "run_id": run_id, "lane": index, "target": request.target,
-                  "facts": runner.target.facts.to_dict(), "drafter": spec.drafter, "draft_len": spec.draft_len,
-                  "cost": drafter.cost().to_dict() if drafter else None, "group_id": group_id})
+        job.emit(
+            {
+                "type": "start",
+                "run_id": run_id,
+                "lane": index,
+                "target": request.target,
+                "facts": runner.target.facts.to_dict(),
+                "drafter": spec.drafter,
+                "draft_len": spec.draft_len,
+                "cost": drafter.cost().to_dict() if drafter else None,
+                "group_id": group_id,
+            }
+        )
         return LaneRun(index, spec, run_id, events)
 
     def _interleave(self, job: Job, runner: Runner, recorder: RunRecorder, lanes: list[LaneRun]) -> None:
@@ -125,12 +148,14 @@ class LiveRuns:
                 recorder.cancel(lane.run_id)
             raise
 
-    def _on_step(self, job: Job, runner: Runner, recorder: RunRecorder, lane: LaneRun, turn: int,
-                 event: StepEvent) -> None:
+    def _on_step(
+        self, job: Job, runner: Runner, recorder: RunRecorder, lane: LaneRun, turn: int, event: StepEvent
+    ) -> None:
         record = step_record(runner, turn, event)
         lane.unsaved.append(record)
-        job.emit({"type": "step", "run_id": lane.run_id, "lane": lane.index, **record,
-                  "running": lane.running.add(event)})
+        job.emit(
+            {"type": "step", "run_id": lane.run_id, "lane": lane.index, **record, "running": lane.running.add(event)}
+        )
         if len(lane.unsaved) >= FLUSH_EVERY_STEPS or time.perf_counter() - lane.last_flush > FLUSH_EVERY_S:
             self._flush(recorder, lane)
 
@@ -139,8 +164,7 @@ class LiveRuns:
         lane.unsaved = []
         lane.last_flush = time.perf_counter()
 
-    def _finish_lane(self, job: Job, runner: Runner, recorder: RunRecorder, request: RunRequest,
-                     lane: LaneRun) -> None:
+    def _finish_lane(self, job: Job, runner: Runner, recorder: RunRecorder, request: RunRequest, lane: LaneRun) -> None:
         """Store the lane's figures with its baseline (a plain lane is its own; a drafting lane's comes
         from the store or a plain run now, when the request wants one) and emit its summary."""
         self._flush(recorder, lane)
@@ -151,8 +175,16 @@ class LiveRuns:
             baseline = baseline_tokens_per_s(job, runner, recorder, request) if request.baseline else None
             figures = recorder.finish_turns(lane.run_id, lane.turns, baseline)
         speedup = metrics.speedup(figures["tokens_per_s"], baseline) if baseline else None
-        job.emit({"type": "summary", "run_id": lane.run_id, "lane": lane.index, **figures,
-                  "baseline_tokens_per_s": baseline, "speedup": speedup,
-                  "text": "\n\n".join(t.text for t in lane.turns),
-                  "output_ids": [i for t in lane.turns for i in t.output_ids],
-                  "finish_reason": lane.turns[-1].finish_reason if lane.turns else None})
+        job.emit(
+            {
+                "type": "summary",
+                "run_id": lane.run_id,
+                "lane": lane.index,
+                **figures,
+                "baseline_tokens_per_s": baseline,
+                "speedup": speedup,
+                "text": "\n\n".join(t.text for t in lane.turns),
+                "output_ids": [i for t in lane.turns for i in t.output_ids],
+                "finish_reason": lane.turns[-1].finish_reason if lane.turns else None,
+            }
+        )

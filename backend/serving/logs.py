@@ -32,9 +32,10 @@ def configure(log_file: Path) -> Path:
         logger.removeHandler(handler)
         handler.close()
     formatter = logging.Formatter(FORMAT)
-    for handler in (logging.handlers.RotatingFileHandler(log_file, maxBytes=MAX_BYTES, backupCount=BACKUPS,
-                                                         encoding="utf-8"),
-                    logging.StreamHandler(sys.stderr)):
+    for handler in (
+        logging.handlers.RotatingFileHandler(log_file, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"),
+        logging.StreamHandler(sys.stderr),
+    ):
         handler.setFormatter(formatter)
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)

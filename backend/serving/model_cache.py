@@ -26,9 +26,15 @@ def model_bytes(model: LoadedModel) -> int:
 
 
 class ModelCache:
-    def __init__(self, budget_bytes: int, device: str = "auto", dtype: str = "auto",
-                 allow_remote_code: bool = False, loader: Callable[..., LoadedModel] = load_model,
-                 compile: str = "off") -> None:
+    def __init__(
+        self,
+        budget_bytes: int,
+        device: str = "auto",
+        dtype: str = "auto",
+        allow_remote_code: bool = False,
+        loader: Callable[..., LoadedModel] = load_model,
+        compile: str = "off",
+    ) -> None:
         self.budget_bytes = budget_bytes
         self.device = device
         self.dtype = dtype
@@ -54,11 +60,17 @@ class ModelCache:
                 return found
             self.loading = spec
             try:
-                model = self.loader(spec, device=self.device, dtype=self.dtype,
-                                    allow_remote_code=self.allow_remote_code, compile=self.compile)
+                model = self.loader(
+                    spec,
+                    device=self.device,
+                    dtype=self.dtype,
+                    allow_remote_code=self.allow_remote_code,
+                    compile=self.compile,
+                )
                 # compiled (or first-used) here, so no request's timed decoding pays for it
-                model.compile = prepare(model.model, model.compile,
-                                        lambda message: setattr(self, "warming", f"{spec}: {message}"))
+                model.compile = prepare(
+                    model.model, model.compile, lambda message: setattr(self, "warming", f"{spec}: {message}")
+                )
             finally:
                 self.loading = None
                 self.warming = None

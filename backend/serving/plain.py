@@ -34,8 +34,13 @@ class PlainRun:
 def step_record(runner: Runner, turn: int, event: StepEvent) -> dict:
     """A step as stored and streamed: the event, its turn, and each token decoded for display."""
     piece = runner.target.tokenizer.decode
-    return {"turn": turn, **event.to_dict(), "drafted_text": [piece([t]) for t in event.drafted],
-            "emitted_text": [piece([t]) for t in event.emitted], "target_text": piece([event.target_token])}
+    return {
+        "turn": turn,
+        **event.to_dict(),
+        "drafted_text": [piece([t]) for t in event.drafted],
+        "emitted_text": [piece([t]) for t in event.emitted],
+        "target_text": piece([event.target_token]),
+    }
 
 
 def plain_run(job: Job, runner: Runner, recorder: RunRecorder, request: RunRequest) -> PlainRun:
@@ -61,8 +66,14 @@ def plain_run(job: Job, runner: Runner, recorder: RunRecorder, request: RunReque
 def baseline_tokens_per_s(job: Job, runner: Runner, recorder: RunRecorder, request: RunRequest) -> float:
     """Tokens/s of plain decoding of the same prompt and settings: a stored plain run's, else measured now."""
     target = runner.target
-    stored = recorder.store.baseline_tokens_per_s(target.fingerprint, request.turns, request.max_new_tokens,
-                                                  request.sampling.temperature, str(target.device), recorder.compile)
+    stored = recorder.store.baseline_tokens_per_s(
+        target.fingerprint,
+        request.turns,
+        request.max_new_tokens,
+        request.sampling.temperature,
+        str(target.device),
+        recorder.compile,
+    )
     return stored if stored is not None else plain_run(job, runner, recorder, request).tokens_per_s
 
 

@@ -47,13 +47,27 @@ class RunRequest:
     category: str | None = None
 
     def settings(self, draft_len: int | str) -> GenerationSettings:
-        return GenerationSettings(max_new_tokens=self.max_new_tokens, draft_len=draft_len, sampling=self.sampling,
-                                  seed=self.seed, stop_strings=tuple(self.stop))
+        return GenerationSettings(
+            max_new_tokens=self.max_new_tokens,
+            draft_len=draft_len,
+            sampling=self.sampling,
+            seed=self.seed,
+            stop_strings=tuple(self.stop),
+        )
 
     def plan(self, lane: LaneSpec, kind: str, group_id: str | None = None, index: int | None = None) -> RunPlan:
         """The store's record of one lane of this request (or of its plain run: PLAIN_LANE)."""
-        return RunPlan(kind=kind, turns=self.turns, drafter=lane.drafter, draft_len=lane.draft_len,
-                       max_new_tokens=self.max_new_tokens,
-                       drafter_options={k: v for k, v in lane.options.__dict__.items() if v is not None},
-                       sampling=self.sampling, seed=self.seed, question_id=self.question_id, category=self.category,
-                       group_id=group_id, lane=index)
+        return RunPlan(
+            kind=kind,
+            turns=self.turns,
+            drafter=lane.drafter,
+            draft_len=lane.draft_len,
+            max_new_tokens=self.max_new_tokens,
+            drafter_options={k: v for k, v in lane.options.__dict__.items() if v is not None},
+            sampling=self.sampling,
+            seed=self.seed,
+            question_id=self.question_id,
+            category=self.category,
+            group_id=group_id,
+            lane=index,
+        )

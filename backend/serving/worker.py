@@ -82,10 +82,16 @@ class DrafterChoice(CheckedBody):
 
 # the drafter and every registered drafter's options (bounds and help from the registry)
 DrafterFields = create_model(
-    "DrafterFields", __base__=DrafterChoice,
-    **{info.name: (info.kind | None if info.optional else info.kind,
-                   Field(info.default, ge=info.ge, le=info.le, gt=info.gt, description=info.help))
-       for info in all_options()})
+    "DrafterFields",
+    __base__=DrafterChoice,
+    **{
+        info.name: (
+            info.kind | None if info.optional else info.kind,
+            Field(info.default, ge=info.ge, le=info.le, gt=info.gt, description=info.help),
+        )
+        for info in all_options()
+    },
+)
 
 
 class PromptFields(CheckedBody):
@@ -182,8 +188,13 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     log_file = logs.configure(Path(settings.log_file) if settings.log_file else logs.default_log_file(store.path))
     log.info("worker starting: store %s, log %s", store.path, log_file)
-    models = ModelCache(int(settings.model_budget_gb * 2**30), settings.device, settings.dtype,
-                        settings.allow_remote_code, compile=settings.compile)
+    models = ModelCache(
+        int(settings.model_budget_gb * 2**30),
+        settings.device,
+        settings.dtype,
+        settings.allow_remote_code,
+        compile=settings.compile,
+    )
     scheduler = Scheduler(JobDispatcher(models, store, settings.default_target).execute)
     state = {"preload_error": None, "warm": set()}
 
@@ -208,8 +219,11 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         if not secrets.compare_digest(header, f"Bearer {settings.token}"):
             raise HTTPException(401, "a bearer token is required (Authorization: Bearer $SPECSCOPE_TOKEN)")
 
-    app = FastAPI(title="SpecScope worker", dependencies=[Depends(authorised)],
-                  description="Live speculative decoding, streamed as NDJSON records; runs stored in DuckDB.")
+    app = FastAPI(
+        title="SpecScope worker",
+        dependencies=[Depends(authorised)],
+        description="Live speculative decoding, streamed as NDJSON records; runs stored in DuckDB.",
+    )
 
     @app.middleware("http")
     async def log_requests(request: Request, call_next):
@@ -219,8 +233,13 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         except Exception:
             log.exception("%s %s failed", request.method, request.url.path)
             raise
-        log.info("%s %s %d %.1f ms", request.method, request.url.path, response.status_code,
-                 1000 * (time.perf_counter() - started))
+        log.info(
+            "%s %s %d %.1f ms",
+            request.method,
+            request.url.path,
+            response.status_code,
+            1000 * (time.perf_counter() - started),
+        )
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -240,29 +259,49 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     def health() -> dict:
         loaded = models.loaded()
         ready = set(settings.preload) <= state["warm"] or state["preload_error"] is not None
-        return {"status": "ready" if ready else "loading", "loading": models.loading, "warming": models.warming,
-                "loaded": loaded,
-                "error": state["preload_error"], "default_target": settings.default_target,
-                "device": settings.device, "queue_length": scheduler.queue_length,
-                "recovered_incomplete_runs": store.recovered}
+        return {
+            "status": "ready" if ready else "loading",
+            "loading": models.loading,
+            "warming": models.warming,
+            "loaded": loaded,
+            "error": state["preload_error"],
+            "default_target": settings.default_target,
+            "device": settings.device,
+            "queue_length": scheduler.queue_length,
+            "recovered_incomplete_runs": store.recovered,
+        }
 
     @app.get("/models")
     def list_models() -> dict:
         targets = []
         for spec in dict.fromkeys([settings.default_target, *settings.extra_targets, *models.loaded()]):
             loaded = models.peek(spec)
-            targets.append({"spec": spec, "loaded": loaded is not None,
-                            "facts": loaded.facts.to_dict() if loaded else None,
-                            "tle_per_forward": loaded.tle_per_forward if loaded else None})
+            targets.append(
+                {
+                    "spec": spec,
+                    "loaded": loaded is not None,
+                    "facts": loaded.facts.to_dict() if loaded else None,
+                    "tle_per_forward": loaded.tle_per_forward if loaded else None,
+                }
+            )
         defaults = DrafterFields().model_dump()
         available = available_drafters(models.peek(settings.default_target))
-        return {"default_target": settings.default_target, "targets": targets,
-                "drafters": [{"name": name, "defaults": defaults, "available": name in available,
-                              "weights": available.get(name),
-                              "summary": REGISTRY[name].summary if name in REGISTRY else "plain decoding (no drafter)",
-                              "trained": name in REGISTRY and REGISTRY[name].trained,
-                              "options": [info.to_dict() for info in REGISTRY[name].option_infos()]
-                              if name in REGISTRY else []} for name in DRAFTER_NAMES]}
+        return {
+            "default_target": settings.default_target,
+            "targets": targets,
+            "drafters": [
+                {
+                    "name": name,
+                    "defaults": defaults,
+                    "available": name in available,
+                    "weights": available.get(name),
+                    "summary": REGISTRY[name].summary if name in REGISTRY else "plain decoding (no drafter)",
+                    "trained": name in REGISTRY and REGISTRY[name].trained,
+                    "options": [info.to_dict() for info in REGISTRY[name].option_infos()] if name in REGISTRY else [],
+                }
+                for name in DRAFTER_NAMES
+            ],
+        }
 
     def run_request(body: PromptFields, lanes: list[LaneSpec], replay: bool) -> RunRequest:
         for lane in lanes:
@@ -275,10 +314,19 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             sampling = SamplingParams(body.temperature, body.top_p, body.top_k)
         except SpecScopeError as error:
             raise HTTPException(422, str(error)) from error
-        return RunRequest(turns=body.turns(), target=body.target or settings.default_target, lanes=lanes,
-                          max_new_tokens=body.max_new_tokens, sampling=sampling, seed=body.seed, stop=body.stop,
-                          baseline=body.baseline, replay=replay, question_id=body.question_id,
-                          category=body.category)
+        return RunRequest(
+            turns=body.turns(),
+            target=body.target or settings.default_target,
+            lanes=lanes,
+            max_new_tokens=body.max_new_tokens,
+            sampling=sampling,
+            seed=body.seed,
+            stop=body.stop,
+            baseline=body.baseline,
+            replay=replay,
+            question_id=body.question_id,
+            category=body.category,
+        )
 
     def stream(kind: str, request: RunRequest | SweepBody, drafters: list[str]) -> StreamingResponse:
         job = Job(kind, request, asyncio.get_running_loop(), drafter=",".join(drafters))
@@ -295,8 +343,11 @@ def create_app(settings: WorkerSettings) -> FastAPI:
 
     @app.post("/compare", summary="decode one prompt with 2-4 drafters side by side, lanes streaming together")
     async def compare(body: CompareBody) -> StreamingResponse:
-        return stream("compare", run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay),
-                      [lane.drafter for lane in body.lanes])
+        return stream(
+            "compare",
+            run_request(body, [lane.lane() for lane in body.lanes], replay=body.replay),
+            [lane.drafter for lane in body.lanes],
+        )
 
     @app.post("/sweeps", summary="run a drafter x D x batch-size sweep; streams progress, then the report")
     async def sweep(body: SweepBody) -> StreamingResponse:
@@ -311,14 +362,17 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         frame = store.sweep_points(sweep_id, target)
         return [_clean(row) for row in frame.to_dict(orient="records")]
 
-    @app.get("/aggregates/acceptance", summary="AL (with CI), histogram and per-position acceptance by "
-                                               "drafter and D, pooled and per category, over every stored step")
-    def acceptance(target: str | None = None, drafter: str | None = None, category: str | None = None,
-                   split: str | None = None) -> dict:
+    @app.get(
+        "/aggregates/acceptance",
+        summary="AL (with CI), histogram and per-position acceptance by "
+        "drafter and D, pooled and per category, over every stored step",
+    )
+    def acceptance(
+        target: str | None = None, drafter: str | None = None, category: str | None = None, split: str | None = None
+    ) -> dict:
         tables = store.acceptance_tables(target, drafter, category, split)
         records = [tables[name].to_dict(orient="records") for name in ("runs", "histogram", "positions")]
-        return {"pooled": acceptance_groups(*records, pool_categories=True),
-                "by_category": acceptance_groups(*records)}
+        return {"pooled": acceptance_groups(*records, pool_categories=True), "by_category": acceptance_groups(*records)}
 
     config_facts_cached = functools.lru_cache(maxsize=32)(config_facts)  # "default" hashes its GGUF file
 
@@ -333,10 +387,17 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         return _clean(codesign_report(facts, [_clean(p) for p in points], drafter))
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
-    def runs(target: str | None = None, drafter: str | None = None, draft_len: str | None = None,
-             category: str | None = None, status: str | None = None, kind: str | None = None,
-             since: Moment | None = None, until: Moment | None = None,
-             limit: int = Query(1000, ge=1, le=MAX_RUNS_LISTED)) -> list[dict]:
+    def runs(
+        target: str | None = None,
+        drafter: str | None = None,
+        draft_len: str | None = None,
+        category: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        limit: int = Query(1000, ge=1, le=MAX_RUNS_LISTED),
+    ) -> list[dict]:
         frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, limit)
         return [_clean(row) for row in frame.to_dict(orient="records")]
 
@@ -393,6 +454,8 @@ def serve(host: str, port: int, settings: WorkerSettings) -> None:
 
     settings.token = settings.token or os.environ.get("SPECSCOPE_TOKEN") or None
     if not is_loopback(host) and settings.token is None:
-        raise SpecScopeError(f"refusing to listen on {host} without a token: set SPECSCOPE_TOKEN "
-                             "(clients then send it as a bearer token), or bind to 127.0.0.1")
+        raise SpecScopeError(
+            f"refusing to listen on {host} without a token: set SPECSCOPE_TOKEN "
+            "(clients then send it as a bearer token), or bind to 127.0.0.1"
+        )
     uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")

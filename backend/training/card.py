@@ -17,8 +17,13 @@ from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 from backend.training.loop import TrainReport, TrainSettings
 
 
-def suite_acceptance(target: LoadedModel, drafter, draft_lens: tuple[int, ...] = (2, 4, 6, 8),
-                     per_category: int = 2, max_new_tokens: int = 64) -> list[dict]:
+def suite_acceptance(
+    target: LoadedModel,
+    drafter,
+    draft_lens: tuple[int, ...] = (2, 4, 6, 8),
+    per_category: int = 2,
+    max_new_tokens: int = 64,
+) -> list[dict]:
     """AL with a 95% bootstrap CI over prompts, per category and D, greedy, on the evaluation suite."""
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
     questions = load_suite(DEFAULT_SUITE, per_category=per_category)
@@ -36,8 +41,16 @@ def suite_acceptance(target: LoadedModel, drafter, draft_lens: tuple[int, ...] =
     return rows
 
 
-def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, settings: TrainSettings,
-               head_settings: dict, facts: dict, suite: list[dict] | None = None) -> Path:
+def write_card(
+    out: Path,
+    kind: str,
+    target: LoadedModel,
+    report: TrainReport,
+    settings: TrainSettings,
+    head_settings: dict,
+    facts: dict,
+    suite: list[dict] | None = None,
+) -> Path:
     lines = [
         f"# {out.name}: {kind} drafter for the target {target.spec}",
         "",
@@ -49,8 +62,9 @@ def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, s
         f"- {facts['corpus']}. The evaluation prompt suites are held out (checked when the corpus is built).",
         f"- Cached sequence tokens: {facts['train_sequence_tokens']} for training, "
         f"{facts['validation_sequence_tokens']} for validation (prompt + answer; the loss covers answer tokens).",
-        f"- Distillation time: {facts['distil_seconds']} s." if facts["distil_seconds"] >= 1 else
-        "- Distillation: the shared cache was already filled (by an earlier run or `--distil-only`) and reused.",
+        f"- Distillation time: {facts['distil_seconds']} s."
+        if facts["distil_seconds"] >= 1
+        else "- Distillation: the shared cache was already filled (by an earlier run or `--distil-only`) and reused.",
         "",
         "## Training",
         f"- {report.steps} steps of {settings.rows} windows x {settings.window} tokens "
@@ -62,24 +76,34 @@ def write_card(out: Path, kind: str, target: LoadedModel, report: TrainReport, s
         "",
         "## Validation curve (held-out instructions)",
         "",
-        "| training tokens | validation loss | AL (greedy, D = "
-        f"{settings.validation_draft_len}) |",
+        f"| training tokens | validation loss | AL (greedy, D = {settings.validation_draft_len}) |",
         "|---:|---:|---:|",
         *[f"| {v['tokens']} | {v['validation_loss']:.3f} | {v['al']:.2f} |" for v in report.validation],
     ]
     if suite:
-        lines += ["", "## AL on the evaluation suite (greedy, 95% bootstrap CI over prompts)", "",
-                  "| category | D | AL | CI |", "|---|---:|---:|---|",
-                  *[f"| {r['category']} | {r['draft_len']} | {r['al']:.2f} | "
-                    f"{r['al_ci_low']:.2f}-{r['al_ci_high']:.2f} |" for r in suite]]
+        lines += [
+            "",
+            "## AL on the evaluation suite (greedy, 95% bootstrap CI over prompts)",
+            "",
+            "| category | D | AL | CI |",
+            "|---|---:|---:|---|",
+            *[
+                f"| {r['category']} | {r['draft_len']} | {r['al']:.2f} | {r['al_ci_low']:.2f}-{r['al_ci_high']:.2f} |"
+                for r in suite
+            ],
+        ]
     more = f"--minutes {settings.minutes * 10:g}" if settings.minutes else f"--tokens {settings.tokens * 20}"
-    lines += ["", "## Training further",
-              "On a CUDA machine, resume from this folder's checkpoint (kept next to the weights where it was "
-              "trained) for longer, or start afresh in another folder; `scripts/train_drafters.sh` trains all five "
-              "kinds at once:",
-              "", f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{out.name} "
-              f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32",
-              ""]
+    lines += [
+        "",
+        "## Training further",
+        "On a CUDA machine, resume from this folder's checkpoint (kept next to the weights where it was "
+        "trained) for longer, or start afresh in another folder; `scripts/train_drafters.sh` trains all five "
+        "kinds at once:",
+        "",
+        f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{out.name} "
+        f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32",
+        "",
+    ]
     path = out / "README.md"
     path.write_text("\n".join(lines))
     return path

@@ -52,10 +52,18 @@ class DistilledData:
         return manifest["tokens"].get(self.split, 0)
 
 
-def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[int, ...], split: str,
-           max_new_tokens: int = 192, batch_size: int = 8, token_budget: int | None = None,
-           cache_root: Path | None = None, progress: Callable[[int, int], None] = lambda done, total: None,
-           minutes: float | None = None) -> DistilledData:
+def distil(
+    target: LoadedModel,
+    instructions: list[Instruction],
+    layers: tuple[int, ...],
+    split: str,
+    max_new_tokens: int = 192,
+    batch_size: int = 8,
+    token_budget: int | None = None,
+    cache_root: Path | None = None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+    minutes: float | None = None,
+) -> DistilledData:
     """Generate (or resume) the target's answers to the `split` instructions and cache their hidden states,
     until every instruction is done, `token_budget` sequence tokens are cached for this split, or `minutes`
     have passed (checked between shards; 0: only what is cached). A shard holds max(SHARD_SEQUENCES, batch_size)
@@ -64,7 +72,8 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
     layers = tuple(sorted(set(layers)))
     corpus = hashlib.sha256("\n".join(f"{i.instruction_id}\t{i.text}" for i in instructions).encode()).hexdigest()
     folder = (cache_root or default_cache_root()) / (
-        f"{target.fingerprint[:16]}-{corpus[:8]}-{'_'.join(map(str, layers))}-{max_new_tokens}")
+        f"{target.fingerprint[:16]}-{corpus[:8]}-{'_'.join(map(str, layers))}-{max_new_tokens}"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     manifest = _manifest(folder)
     done = set(manifest["done"].get(split, []))
@@ -77,12 +86,13 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
     for start in range(0, len(todo), per_shard):
         if tokens >= budget or time.monotonic() >= deadline:
             break
-        group = todo[start: start + per_shard]
+        group = todo[start : start + per_shard]
         prompts = [encode_conversation(target.tokenizer, [i.text], [])[-MAX_PROMPT_TOKENS:] for i in group]
         answers: list[list[int]] = [[] for _ in prompts]
         for rows in _length_batches(prompts, batch_size):
-            for row, answer in zip(rows, greedy_answers(target, [prompts[i] for i in rows], max_new_tokens),
-                                   strict=True):
+            for row, answer in zip(
+                rows, greedy_answers(target, [prompts[i] for i in rows], max_new_tokens), strict=True
+            ):
                 answers[row] = answer
         sequences = [prompt + answer for prompt, answer in zip(prompts, answers, strict=True)]
         # position t predicts token t+1: answer tokens are predicted from len(prompt)-1 on
@@ -101,7 +111,7 @@ def distil(target: LoadedModel, instructions: list[Instruction], layers: tuple[i
 def _length_batches(sequences: list[list[int]], batch_size: int) -> Iterator[list[int]]:
     """Indices of `sequences` in batches of similar length, shortest first: padded batches pad less."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    return (order[first: first + batch_size] for first in range(0, len(order), batch_size))
+    return (order[first : first + batch_size] for first in range(0, len(order), batch_size))
 
 
 @torch.inference_mode()
@@ -113,9 +123,17 @@ def greedy_answers(target: LoadedModel, prompts: list[list[int]], max_new_tokens
     pad = min(target.eos_token_ids)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)  # [B, P]
     attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=target.device)  # [B, P]
-    out = target.model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-                                do_sample=False, temperature=None, top_p=None, top_k=None,
-                                eos_token_id=sorted(target.eos_token_ids), pad_token_id=pad)  # [B, P + N]
+    out = target.model.generate(
+        input_ids=ids,
+        attention_mask=attention,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        eos_token_id=sorted(target.eos_token_ids),
+        pad_token_id=pad,
+    )  # [B, P + N]
     answers = []
     for row in out[:, width:].tolist():
         ends = [i for i, token in enumerate(row) if token in target.eos_token_ids]
@@ -124,24 +142,33 @@ def greedy_answers(target: LoadedModel, prompts: list[list[int]], max_new_tokens
 
 
 @torch.inference_mode()
-def _write_shard(path: Path, target: LoadedModel, sequences: list[list[int]], masks: list[list[bool]],
-                 layers: tuple[int, ...], batch_size: int) -> None:
+def _write_shard(
+    path: Path,
+    target: LoadedModel,
+    sequences: list[list[int]],
+    masks: list[list[bool]],
+    layers: tuple[int, ...],
+    batch_size: int,
+) -> None:
     """One forward per batch of sequences, right-padded: with causal attention and positions 0..T-1, the
     padding after a sequence cannot change its states, so no attention mask is needed."""
     hidden: dict[int, list[torch.Tensor]] = {layer: [torch.empty(0)] * len(sequences) for layer in layers}
     for rows in _length_batches(sequences, batch_size):
         width = max(len(sequences[i]) for i in rows)
-        ids = torch.tensor([sequences[i] + [0] * (width - len(sequences[i])) for i in rows],
-                           device=target.device)  # [B, T]
+        ids = torch.tensor(
+            [sequences[i] + [0] * (width - len(sequences[i])) for i in rows], device=target.device
+        )  # [B, T]
         # logits_to_keep=1: the states are wanted, not [B, T, V] logits
         states = target.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states  # L+1 x [B,T,H]
         for position, row in enumerate(rows):
             for layer in layers:
                 hidden[layer][row] = states[layer][position, : len(sequences[row])].to("cpu", torch.float16)  # [T, H]
     lengths = torch.tensor([len(s) for s in sequences])
-    tensors = {"input_ids": torch.tensor([t for s in sequences for t in s], dtype=torch.int64),
-               "starts": torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]),
-               "loss_mask": torch.tensor([m for mask in masks for m in mask], dtype=torch.bool)}
+    tensors = {
+        "input_ids": torch.tensor([t for s in sequences for t in s], dtype=torch.int64),
+        "starts": torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]),
+        "loss_mask": torch.tensor([m for mask in masks for m in mask], dtype=torch.bool),
+    }
     tensors |= {f"hidden.{layer}": torch.cat(hidden[layer]) for layer in layers}
     save_file(tensors, str(path))
 
@@ -151,8 +178,15 @@ def _manifest(folder: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {"done": {}, "tokens": {}, "layers": []}
 
 
-def batches(data: DistilledData, window: int, rows: int, device: torch.device, dtype: torch.dtype,
-            seed: int = 0, epochs: int | None = None) -> Iterator[TrainBatch]:
+def batches(
+    data: DistilledData,
+    window: int,
+    rows: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int = 0,
+    epochs: int | None = None,
+) -> Iterator[TrainBatch]:
     """Training batches of `rows` windows of `window` tokens, each window cut from one sequence (sequences
     longer than a window give several; shorter ones are padded with a masked tail). Shuffled per epoch."""
     rng = random.Random(seed)
@@ -168,13 +202,25 @@ def batches(data: DistilledData, window: int, rows: int, device: torch.device, d
     while epochs is None or epoch < epochs:
         rng.shuffle(pieces)
         for first in range(0, len(pieces) - rows + 1 if len(pieces) >= rows else 1, rows):
-            yield _collate([shards[i] for i, _, _ in pieces[first: first + rows]],
-                           [(s, e) for _, s, e in pieces[first: first + rows]], data.layers, window, device, dtype)
+            yield _collate(
+                [shards[i] for i, _, _ in pieces[first : first + rows]],
+                [(s, e) for _, s, e in pieces[first : first + rows]],
+                data.layers,
+                window,
+                device,
+                dtype,
+            )
         epoch += 1
 
 
-def _collate(shards: list[dict], spans: list[tuple[int, int]], layers: tuple[int, ...], window: int,
-             device: torch.device, dtype: torch.dtype) -> TrainBatch:
+def _collate(
+    shards: list[dict],
+    spans: list[tuple[int, int]],
+    layers: tuple[int, ...],
+    window: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> TrainBatch:
     rows = len(spans)
     hidden_size = shards[0][f"hidden.{layers[0]}"].shape[1]
     input_ids = torch.zeros(rows, window, dtype=torch.int64)  # [B, T]
@@ -187,5 +233,6 @@ def _collate(shards: list[dict], spans: list[tuple[int, int]], layers: tuple[int
         loss_mask[row, n - 1] = False  # the window's last position has no next token inside it
         for layer in layers:
             hidden[layer][row, :n] = shard[f"hidden.{layer}"][start:end].float()
-    return TrainBatch(input_ids.to(device), loss_mask.to(device),
-                      {layer: h.to(device, dtype) for layer, h in hidden.items()})
+    return TrainBatch(
+        input_ids.to(device), loss_mask.to(device), {layer: h.to(device, dtype) for layer, h in hidden.items()}
+    )

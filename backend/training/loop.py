@@ -66,12 +66,12 @@ class TrainableKind(Protocol):
     def training_layers(self, target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:
         """The target hidden states (HF numbering) a TrainBatch must carry for a head with these settings."""
 
-    def new_head(self, target: LoadedModel, settings: dict | None = None,
-                 token_counts: torch.Tensor | None = None) -> torch.nn.Module:
+    def new_head(
+        self, target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None
+    ) -> torch.nn.Module:
         """A fresh head; token_counts [V] (training answers' token frequencies) choose a reduced vocabulary."""
 
-    def training_loss(self, head: torch.nn.Module, parts: TargetParts, batch: TrainBatch
-                      ) -> tuple[torch.Tensor, dict]:
+    def training_loss(self, head: torch.nn.Module, parts: TargetParts, batch: TrainBatch) -> tuple[torch.Tensor, dict]:
         """(loss, metrics) on one batch."""
 
     def drafter(self, target: LoadedModel, head: torch.nn.Module) -> Drafter:
@@ -89,9 +89,17 @@ class TrainReport:
     validation: list[dict] = field(default_factory=list)  # {step, tokens, loss, al}
 
 
-def train(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, train_data: DistilledData,
-          validation_data: DistilledData, validation: list[Instruction], settings: TrainSettings, out: Path,
-          progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None) -> TrainReport:
+def train(
+    kind: TrainableKind,
+    target: LoadedModel,
+    head: torch.nn.Module,
+    train_data: DistilledData,
+    validation_data: DistilledData,
+    validation: list[Instruction],
+    settings: TrainSettings,
+    out: Path,
+    progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None,
+) -> TrainReport:
     """Train `head` for settings.steps steps or settings.minutes, whichever ends first (resuming from
     out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with kind.save,
     and return the curves. With a time budget the learning-rate schedule follows elapsed time."""
@@ -103,7 +111,8 @@ def train(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, train
     report = TrainReport(0, 0.0)
     started = time.perf_counter()
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _lr_factor(step, settings.progress(step, time.perf_counter() - started), settings))
+        optimizer, lambda step: _lr_factor(step, settings.progress(step, time.perf_counter() - started), settings)
+    )
     start_step = _resume(out / CHECKPOINT, head, optimizer, schedule, report)
     data = batches(train_data, settings.window, settings.rows, target.device, target.dtype, settings.seed + start_step)
     data = chain([next(data)], data)  # the shards are read here, before the clock starts
@@ -122,8 +131,7 @@ def train(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, train
         seconds = time.perf_counter() - started
         finished = settings.progress(done, seconds) >= 1
         if done % settings.validate_every == 0 or finished or _timed_validation_due(report, settings, seconds):
-            report.validation.append(validate(kind, target, head, parts, validation_data, validation, settings,
-                                              done))
+            report.validation.append(validate(kind, target, head, parts, validation_data, validation, settings, done))
             report.validation[-1]["seconds"] = round(seconds, 1)
             metrics = {**metrics, **report.validation[-1]}
         report.steps, report.seconds = done, seconds  # validation time is not counted against the budget
@@ -136,8 +144,16 @@ def train(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, train
 
 
 @torch.no_grad()
-def validate(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, parts: TargetParts,
-             data: DistilledData, validation: list[Instruction], settings: TrainSettings, step: int) -> dict:
+def validate(
+    kind: TrainableKind,
+    target: LoadedModel,
+    head: torch.nn.Module,
+    parts: TargetParts,
+    data: DistilledData,
+    validation: list[Instruction],
+    settings: TrainSettings,
+    step: int,
+) -> dict:
     """Validation loss on cached held-out sequences, and AL of the drafter run through the engine on
     held-out instructions (greedy, D = settings.validation_draft_len)."""
     head.eval()
@@ -151,8 +167,12 @@ def validate(kind: TrainableKind, target: LoadedModel, head: torch.nn.Module, pa
         prompt = encode_conversation(target.tokenizer, [instruction.text], [])
         steps += engine.generate(prompt, drafter, run).run().steps
     head.train()
-    return {"step": step, "tokens": step * settings.window * settings.rows,
-            "validation_loss": sum(losses) / max(1, len(losses)), "al": acceptance_stats(steps).al}
+    return {
+        "step": step,
+        "tokens": step * settings.window * settings.rows,
+        "validation_loss": sum(losses) / max(1, len(losses)),
+        "al": acceptance_stats(steps).al,
+    }
 
 
 def _timed_validation_due(report: TrainReport, settings: TrainSettings, seconds: float) -> bool:
@@ -175,8 +195,15 @@ def _lr_factor(step: int, progress: float, settings: TrainSettings) -> float:
 def _checkpoint(path: Path, head: torch.nn.Module, optimizer, schedule, report: TrainReport) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                "report": report.__dict__}, temporary)
+    torch.save(
+        {
+            "head": head.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "report": report.__dict__,
+        },
+        temporary,
+    )
     temporary.replace(path)  # a kill mid-save never leaves a half-written checkpoint
 
 

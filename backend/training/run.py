@@ -36,59 +36,114 @@ def train_command(args: argparse.Namespace, load_target) -> int:
     if target.device.type == "cuda" and args.dtype == "auto":
         target.model.to(torch.bfloat16)
         target.dtype = torch.bfloat16
-    settings = TrainSettings(tokens=args.tokens, window=args.window, rows=args.rows, learning_rate=args.lr,
-                             validate_every=args.validate_every, minutes=args.minutes,
-                             validation_prompts=args.validation_prompts)
+    settings = TrainSettings(
+        tokens=args.tokens,
+        window=args.window,
+        rows=args.rows,
+        learning_rate=args.lr,
+        validate_every=args.validate_every,
+        minutes=args.minutes,
+        validation_prompts=args.validation_prompts,
+    )
     head_settings = json.loads(args.settings) if args.settings else {}
     out = Path(args.out)
     instructions = build_instructions()
     validation = [i for i in instructions if i.split == "validation"]
     # the union of what every kind reads, so the cached distillation serves them all
-    layers = tuple(sorted({*kind.training_layers(target, head_settings),
-                           *(layer for each in KINDS.values() for layer in each.training_layers(target))}))
+    layers = tuple(
+        sorted(
+            {
+                *kind.training_layers(target, head_settings),
+                *(layer for each in KINDS.values() for layer in each.training_layers(target)),
+            }
+        )
+    )
     started = time.perf_counter()
     with tqdm(desc="distil (train)", unit="tok", file=sys.stderr, dynamic_ncols=True) as bar:
+
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
 
-        train_data = distil(target, instructions, layers, "train", args.answer_tokens, args.distil_batch,
-                            token_budget=args.data_tokens, progress=progress, minutes=args.distil_minutes)
-    validation_data = distil(target, instructions, layers, "validation", args.answer_tokens, args.distil_batch,
-                             token_budget=max(4000, args.data_tokens // 20), minutes=args.distil_minutes)
+        train_data = distil(
+            target,
+            instructions,
+            layers,
+            "train",
+            args.answer_tokens,
+            args.distil_batch,
+            token_budget=args.data_tokens,
+            progress=progress,
+            minutes=args.distil_minutes,
+        )
+    validation_data = distil(
+        target,
+        instructions,
+        layers,
+        "validation",
+        args.answer_tokens,
+        args.distil_batch,
+        token_budget=max(4000, args.data_tokens // 20),
+        minutes=args.distil_minutes,
+    )
     distil_s = time.perf_counter() - started
     if args.distil_only:
-        print(f"distilled {train_data.tokens()} training and {validation_data.tokens()} validation sequence tokens "
-              f"into {train_data.folder} in {distil_s:.0f} s")
+        print(
+            f"distilled {train_data.tokens()} training and {validation_data.tokens()} validation sequence tokens "
+            f"into {train_data.folder} in {distil_s:.0f} s"
+        )
         return 0
     counts = _token_counts(train_data, target.facts.vocab_size)
     head = kind.new_head(target, head_settings, counts)
     budget_s = 60 * settings.minutes if settings.minutes else None  # a time budget: the bar counts seconds
-    with tqdm(total=budget_s or settings.steps, desc=f"train {args.kind}", unit="s" if budget_s else "step",
-              file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=budget_s or settings.steps,
+        desc=f"train {args.kind}",
+        unit="s" if budget_s else "step",
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
         bar_started = time.perf_counter()
 
         def report_step(step: int, total: int, metrics: dict) -> None:
             done = min(budget_s, round(time.perf_counter() - bar_started)) if budget_s else step
             bar.update(done - bar.n)
-            bar.set_postfix({"step": step, **{k: f"{v:.3g}" for k, v in metrics.items()
-                                              if k in ("loss", "validation_loss", "al")}})
+            bar.set_postfix(
+                {"step": step, **{k: f"{v:.3g}" for k, v in metrics.items() if k in ("loss", "validation_loss", "al")}}
+            )
 
         report = train(kind, target, head, train_data, validation_data, validation, settings, out, report_step)
-    suite = suite_acceptance(target, kind.drafter(target, head.eval()), per_category=args.eval_per_category) \
-        if args.eval_per_category else None
-    write_card(out, args.kind, target, report, settings, head_settings, {
-        "corpus": f"{len(instructions)} instructions from Python's language reference topics and standard-library "
-                  "source (backend/training/corpus.py); answers generated by the target (greedy, self-distillation)",
-        "train_sequence_tokens": train_data.tokens(), "validation_sequence_tokens": validation_data.tokens(),
-        "distil_seconds": round(distil_s, 1), "device": str(target.device), "dtype": str(target.dtype),
-        "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-        "command": " ".join(sys.argv[1:]) if sys.argv else "",
-    }, suite)
+    suite = (
+        suite_acceptance(target, kind.drafter(target, head.eval()), per_category=args.eval_per_category)
+        if args.eval_per_category
+        else None
+    )
+    write_card(
+        out,
+        args.kind,
+        target,
+        report,
+        settings,
+        head_settings,
+        {
+            "corpus": f"{len(instructions)} instructions from Python's language reference topics and standard-library "
+            "source (backend/training/corpus.py); answers generated by the target (greedy, self-distillation)",
+            "train_sequence_tokens": train_data.tokens(),
+            "validation_sequence_tokens": validation_data.tokens(),
+            "distil_seconds": round(distil_s, 1),
+            "device": str(target.device),
+            "dtype": str(target.dtype),
+            "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+            "command": " ".join(sys.argv[1:]) if sys.argv else "",
+        },
+        suite,
+    )
     last = report.validation[-1] if report.validation else {}
-    print(f"trained {args.kind}: {report.steps} steps in {report.seconds:.0f} s; validation loss "
-          f"{last.get('validation_loss', float('nan')):.3f}, AL {last.get('al', float('nan')):.2f} at D = "
-          f"{settings.validation_draft_len}; saved to {out}")
+    print(
+        f"trained {args.kind}: {report.steps} steps in {report.seconds:.0f} s; validation loss "
+        f"{last.get('validation_loss', float('nan')):.3f}, AL {last.get('al', float('nan')):.2f} at D = "
+        f"{settings.validation_draft_len}; saved to {out}"
+    )
     return 0
 
 

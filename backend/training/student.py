@@ -38,14 +38,20 @@ class StudentConfig:
     intermediate_size: int = 512
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads or (
-                self.hidden_size // self.num_heads) % 2:
-            raise SpecScopeError(f"student shape {asdict(self)}: hidden_size must split into num_heads even-sized "
-                                 "heads, and num_heads into num_kv_heads groups")
+        if (
+            self.hidden_size % self.num_heads
+            or self.num_heads % self.num_kv_heads
+            or (self.hidden_size // self.num_heads) % 2
+        ):
+            raise SpecScopeError(
+                f"student shape {asdict(self)}: hidden_size must split into num_heads even-sized "
+                "heads, and num_heads into num_kv_heads groups"
+            )
 
 
-def new_head(target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None
-             ) -> LlamaForCausalLM:
+def new_head(
+    target: LoadedModel, settings: dict | None = None, token_counts: torch.Tensor | None = None
+) -> LlamaForCausalLM:
     """A fresh student for `target`: its vocabulary, special tokens and RoPE base, StudentConfig's shape
     (`settings`), the embedding initialised from the target's principal directions. A student scores the
     whole vocabulary, so `token_counts` (which choose the other kinds' reduced vocabularies) do not apply."""
@@ -53,12 +59,21 @@ def new_head(target: LoadedModel, settings: dict | None = None, token_counts: to
     text = target.model.config.get_text_config(decoder=True)
     rope_theta = (getattr(text, "rope_parameters", None) or {}).get("rope_theta") or getattr(text, "rope_theta", 1e4)
     config = LlamaConfig(
-        vocab_size=text.vocab_size, hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-        num_hidden_layers=shape.num_layers, num_attention_heads=shape.num_heads,
-        num_key_value_heads=shape.num_kv_heads, head_dim=shape.hidden_size // shape.num_heads,
-        max_position_embeddings=target.facts.max_context, rms_norm_eps=text.rms_norm_eps, rope_theta=rope_theta,
-        tie_word_embeddings=True, bos_token_id=text.bos_token_id, eos_token_id=text.eos_token_id,
-        pad_token_id=getattr(text, "pad_token_id", None))
+        vocab_size=text.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.hidden_size // shape.num_heads,
+        max_position_embeddings=target.facts.max_context,
+        rms_norm_eps=text.rms_norm_eps,
+        rope_theta=rope_theta,
+        tie_word_embeddings=True,
+        bos_token_id=text.bos_token_id,
+        eos_token_id=text.eos_token_id,
+        pad_token_id=getattr(text, "pad_token_id", None),
+    )
     student = LlamaForCausalLM(config)
     with torch.no_grad():
         embedding = target.model.get_input_embeddings().weight.detach().float().cpu()  # [V, H]
@@ -94,9 +109,20 @@ def save(student: LlamaForCausalLM, target: LoadedModel, out: Path) -> None:
     config.json also records, under MARKER, the kind, the shape and the target it was distilled from."""
     facts = target.facts
     stored = copy.deepcopy(student).to("cpu", torch.float16)
-    stored.config.update({MARKER: {**getattr(student.config, MARKER), "target": {
-        "spec": target.spec, "fingerprint": target.fingerprint, "vocab_size": facts.vocab_size,
-        "hidden_size": facts.hidden_size, "num_layers": facts.num_layers}}})
+    stored.config.update(
+        {
+            MARKER: {
+                **getattr(student.config, MARKER),
+                "target": {
+                    "spec": target.spec,
+                    "fingerprint": target.fingerprint,
+                    "vocab_size": facts.vocab_size,
+                    "hidden_size": facts.hidden_size,
+                    "num_layers": facts.num_layers,
+                },
+            }
+        }
+    )
     out.mkdir(parents=True, exist_ok=True)
     stored.save_pretrained(out)
     target.tokenizer.save_pretrained(out)

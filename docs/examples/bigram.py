@@ -62,10 +62,14 @@ class BigramSession:
 
 @dataclass(frozen=True)
 class BigramOptions:
-    bigram_min_count: int = option(1, "draft a follower only if seen at least this often", ge=1, le=64,
-                                   label="minimum count")
+    bigram_min_count: int = option(
+        1, "draft a follower only if seen at least this often", ge=1, le=64, label="minimum count"
+    )
 
 
 SPEC = DrafterSpec(
-    "bigram", "the most frequent follower of the newest token, repeatedly", BigramOptions,
-    lambda target, options, load: BigramDrafter(target.tle_per_forward, options.bigram_min_count))
+    "bigram",
+    "the most frequent follower of the newest token, repeatedly",
+    BigramOptions,
+    lambda target, options, load: BigramDrafter(target.tle_per_forward, options.bigram_min_count),
+)

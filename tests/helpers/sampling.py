@@ -22,6 +22,7 @@ SIGNIFICANCE = 1e-3
 @torch.inference_mode()
 def exact_joint(target, sampling: SamplingParams) -> torch.Tensor:
     """P(t1, t2) as a [V, V] table, from the target's processed next-token distributions."""
+
     def next_probs(ids):
         return target_probs(target.model(torch.tensor([ids])).logits[0, -1:], sampling)[0]
 
@@ -29,8 +30,9 @@ def exact_joint(target, sampling: SamplingParams) -> torch.Tensor:
     return torch.stack([first[t] * next_probs(PROMPT + [t]) for t in range(VOCAB)])  # [V, V]
 
 
-def sampled_joint(target, drafter, sampling: SamplingParams, draft_len, compile: str = "off",
-                  samples: int = SAMPLES) -> torch.Tensor:
+def sampled_joint(
+    target, drafter, sampling: SamplingParams, draft_len, compile: str = "off", samples: int = SAMPLES
+) -> torch.Tensor:
     engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(samples):

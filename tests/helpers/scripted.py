@@ -14,9 +14,10 @@ PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
 @torch.inference_mode()
 def hf_greedy(model, prompt, max_new_tokens):
     inputs = torch.tensor([prompt])
-    out = model.model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new_tokens,
-                               do_sample=False, pad_token_id=1)
-    return out[0, len(prompt):].tolist()
+    out = model.model.generate(
+        inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=1
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 class ScriptedDrafter:
@@ -41,7 +42,7 @@ class ScriptedDrafter:
             return Draft([])
         position = len(request.tokens) - self.prompt_len
         accept = self.accept_counts.pop(0)
-        truth = self.reference[position: position + request.max_tokens]
+        truth = self.reference[position : position + request.max_tokens]
         wrong = [(t + 1) % 60 + 4 for t in truth]
         return Draft(truth[:accept] + wrong[accept:])
 

@@ -59,13 +59,15 @@ def self_distilled(model, prompts: list[list[int]], new_tokens: int) -> TrainBat
     """The target's own greedy continuations of equally long prompts (EOS ignored, so rows are equally long),
     scored from the prompt's last position on."""
     engine = SpeculativeEngine(model.model, set(), model.facts.max_context)
-    sequences = [p + engine.generate(p, None, GenerationSettings(new_tokens, draft_len=0)).run().output_ids
-                 for p in prompts]
+    sequences = [
+        p + engine.generate(p, None, GenerationSettings(new_tokens, draft_len=0)).run().output_ids for p in prompts
+    ]
     return batch_of(model, sequences, scored_from=len(prompts[0]) - 1)
 
 
-def train(kind: ModuleType, head, model, batch: TrainBatch, steps: int, lr: float = 3e-3,
-          fixed_anchors: bool = False) -> list[float]:
+def train(
+    kind: ModuleType, head, model, batch: TrainBatch, steps: int, lr: float = 3e-3, fixed_anchors: bool = False
+) -> list[float]:
     """`steps` AdamW steps of kind.training_loss, as the training loop takes them; the losses. Block kinds draw
     their anchors from torch's global generator: seeded once, or before every step with fixed_anchors."""
     torch.manual_seed(0)
@@ -107,8 +109,16 @@ VOCABULARIES = {"whole": None, "reduced": reduced_d2t()}
 
 def sampling_model():
     """The target of test_sampling.py: 12 tokens, peaked enough to give a powerful chi-square test."""
-    return tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                      tokenizer=tiny_tokenizer(VOCAB))
+    return tiny_llama(
+        seed=3,
+        vocab_size=VOCAB,
+        layers=2,
+        hidden=32,
+        heads=2,
+        kv_heads=1,
+        init_scale=0.3,
+        tokenizer=tiny_tokenizer(VOCAB),
+    )
 
 
 def rounded_head(kind: ModuleType, model, d2t: torch.Tensor | None = None):
@@ -127,7 +137,7 @@ def check_causal(kind: ModuleType, model) -> None:
     """Row t of step j reads x_0..x_{t+j+1}: changing token k leaves rows t <= k - j - 2 unchanged."""
     head = kind.new_head(model)
     changed = 9
-    altered = PROMPT[:changed] + [60] + PROMPT[changed + 1:]
+    altered = PROMPT[:changed] + [60] + PROMPT[changed + 1 :]
     with torch.no_grad():
         before = unroll(head, *_inputs(batch_of(model, [PROMPT])), steps=3)
         after = unroll(head, *_inputs(batch_of(model, [altered])), steps=3)
@@ -167,8 +177,11 @@ def check_learns_to_draft(kind: ModuleType, model) -> None:
     losses = train(kind, head, model, self_distilled(model, short_prompts(), 48), steps=200)
     assert losses[-1] < losses[0]
     prompt = [7, 11, 30, 22]
-    result = SpeculativeEngine(model.model, set(), 512).generate(
-        prompt, kind.drafter(model, head.eval()), GenerationSettings(40, draft_len=4)).run()
+    result = (
+        SpeculativeEngine(model.model, set(), 512)
+        .generate(prompt, kind.drafter(model, head.eval()), GenerationSettings(40, draft_len=4))
+        .run()
+    )
     assert result.output_ids == greedy(model, prompt, 40)
     assert sum(step.accepted for step in result.steps) >= 15  # an untrained head gets about 2
 

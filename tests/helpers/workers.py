@@ -33,9 +33,24 @@ class WorkerProcess:
         self.stderr_path = db.parent / f"worker-{self.port}.stderr"  # a file: a full pipe would stall the worker
         self.stderr = self.stderr_path.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "backend", "worker", "--port", str(self.port), "--db", str(db),
-             "--default-target", target, *(extra or [])],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True,
+            [
+                sys.executable,
+                "-m",
+                "backend",
+                "worker",
+                "--port",
+                str(self.port),
+                "--db",
+                str(db),
+                "--default-target",
+                target,
+                *(extra or []),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
+            text=True,
         )
 
     def wait_ready(self, timeout: float = 180) -> None:

@@ -29,10 +29,19 @@ def worker_env(page_worker, monkeypatch):
 def swept_worker(page_worker):
     """The page worker with one stored sweep (plain and ngram at D 2 and 4, batch sizes 1 and 2)."""
     client = WorkerClient(page_worker.url)
-    questions = [{"question_id": i, "category": "copy" if i % 2 else "chat",
-                  "turns": [" ".join(f"w{(i * 5 + j) % 9 + 5}" for j in range(14))]} for i in range(4)]
-    records = list(client.sweep(questions=questions, drafters=["ngram"], draft_lens=[0, 2, 4], batch_sizes=[1, 2],
-                                max_new_tokens=16))
+    questions = [
+        {
+            "question_id": i,
+            "category": "copy" if i % 2 else "chat",
+            "turns": [" ".join(f"w{(i * 5 + j) % 9 + 5}" for j in range(14))],
+        }
+        for i in range(4)
+    ]
+    records = list(
+        client.sweep(
+            questions=questions, drafters=["ngram"], draft_lens=[0, 2, 4], batch_sizes=[1, 2], max_new_tokens=16
+        )
+    )
     assert records[-1]["type"] == "sweep"
     client.close()
     return page_worker

@@ -22,8 +22,11 @@ def test_acceptance_page_shows_al_vs_d_histograms_and_both_position_curves(swept
     assert not at.exception
     assert [s.value for s in at.subheader] == ["AL vs D", "Acceptance histograms", "Per-position acceptance"]
     assert len(at.get("plotly_chart")) == 4 and tab_labels(at).count("Table") == 4
-    assert {b.label for b in at.get("download_button")} >= {"Download al_vs_d (CSV)", "Download survival (CSV)",
-                                                            "Download conditional (CSV)"}
+    assert {b.label for b in at.get("download_button")} >= {
+        "Download al_vs_d (CSV)",
+        "Download survival (CSV)",
+        "Download conditional (CSV)",
+    }
     al_table = at.dataframe[0].value
     assert set(al_table["draft_len"]) >= {"2", "4"} and (al_table["al_ci_low"] <= al_table["al"]).all()
     caption = " ".join(c.value for c in at.caption)
@@ -68,8 +71,11 @@ def test_pages_explain_an_empty_store(tmp_path, tiny, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_WORKER_URL", worker.url)
     monkeypatch.setenv("SPECSCOPE_NO_AUTOSTART", "1")
     try:
-        for path, advice in (("pages/acceptance.py", "No drafting steps"), ("pages/pareto.py", "bench sweep"),
-                             ("pages/codesign.py", "bench sweep")):
+        for path, advice in (
+            ("pages/acceptance.py", "No drafting steps"),
+            ("pages/pareto.py", "bench sweep"),
+            ("pages/codesign.py", "bench sweep"),
+        ):
             at = page(path).run()
             assert not at.exception
             assert advice in at.info[0].value

@@ -41,8 +41,12 @@ def speedup_shown(page):
     return page.locator('[data-testid="stMetricValue"]', has_text=re.compile(r"^\s*\d+\.\d\dx\s*$"))
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium "
-                                                   "(apt-get install chromium; .ci/run installs it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +63,24 @@ def dashboard(e2e_worker):
     port = free_port()
     env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url, "SPECSCOPE_NO_AUTOSTART": "1"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true",
-         "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -81,9 +100,18 @@ def browser_page(dashboard):
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.set_default_timeout(120_000)
         page.goto(dashboard)
@@ -107,8 +135,9 @@ def test_live_run_shows_tokens_step_by_step(browser_page):
     tokens = page.locator(".ss-out span.ss-acc, .ss-out span.ss-tgt")
     page.wait_for_function(FIRST_TOKEN_OF_A_NEW_RUN, arg="", polling=20)
     first_token_s = time.perf_counter() - pressed  # reported, not asserted: timings belong in benchmarks
-    (SHOTS.parent / "e2e_timings.json").write_text(json.dumps({"run_to_first_token_s": first_token_s,
-                                                               "prompt_chars": len(PROMPT)}))
+    (SHOTS.parent / "e2e_timings.json").write_text(
+        json.dumps({"run_to_first_token_s": first_token_s, "prompt_chars": len(PROMPT)})
+    )
     print(f"Run pressed -> first token on screen: {first_token_s:.2f} s")
     seen = []
     deadline = time.time() + 180
@@ -124,7 +153,6 @@ def test_live_run_shows_tokens_step_by_step(browser_page):
     page.screenshot(path=str(SHOTS / "live.png"), full_page=True)
 
 
-
 def test_html_in_the_output_is_drawn_as_text(browser_page):
     """The default model echoes this markup (greedy); rendered as HTML it would set window.__xss."""
     page = browser_page
@@ -137,6 +165,7 @@ def test_html_in_the_output_is_drawn_as_text(browser_page):
     assert page.locator(".ss-out img, .ss-out b").count() == 0
     assert page.evaluate("window.__xss === undefined")
     type_prompt(page, PROMPT)  # the next test reruns the suite prompt
+
 
 def test_moving_the_d_slider_and_rerunning(browser_page):
     page = browser_page
@@ -175,10 +204,13 @@ def test_open_the_run_in_history(browser_page):
 
 def test_hover_a_point_on_the_pareto_page(browser_page, e2e_worker):
     client = WorkerClient(e2e_worker.url)
-    questions = [{"question_id": q.question_id, "category": q.category, "turns": [q.turns[0]]}
-                 for q in load_suite(DEFAULT_SUITE, ["code_editing", "qa"], per_category=1)]
-    records = list(client.sweep(questions=questions, drafters=["ngram"], draft_lens=[0, 4], batch_sizes=[1, 2],
-                                max_new_tokens=12))
+    questions = [
+        {"question_id": q.question_id, "category": q.category, "turns": [q.turns[0]]}
+        for q in load_suite(DEFAULT_SUITE, ["code_editing", "qa"], per_category=1)
+    ]
+    records = list(
+        client.sweep(questions=questions, drafters=["ngram"], draft_lens=[0, 4], batch_sizes=[1, 2], max_new_tokens=12)
+    )
     assert records[-1]["type"] == "sweep"
     page = browser_page
     page.get_by_role("link", name="Pareto").click()

@@ -25,6 +25,7 @@ def test_surfaces_offer_every_registered_drafter(worker_env):
     for name in untrained:
         at.selectbox(key="live_drafter").set_value(name).run()
         for info in REGISTRY[name].option_infos():
-            widget = at.text_input(key=f"live_{info.name}") if info.kind is str else \
-                at.number_input(key=f"live_{info.name}")
+            widget = (
+                at.text_input(key=f"live_{info.name}") if info.kind is str else at.number_input(key=f"live_{info.name}")
+            )
             assert widget is not None

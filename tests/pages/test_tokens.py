@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from ui.tokens import step_html
 
-STEP = {"index": 3, "draft_len": 6, "drafted_text": ["a", "<b>", "c"], "accepted": 1, "emitted": [1, 2],
-        "target_text": "d", "target_token_prob": 0.5, "draft_probs": [0.9, 0.8, 0.7], "target_probs": [0.9, 0.1, 0.2]}
+STEP = {
+    "index": 3,
+    "draft_len": 6,
+    "drafted_text": ["a", "<b>", "c"],
+    "accepted": 1,
+    "emitted": [1, 2],
+    "target_text": "d",
+    "target_token_prob": 0.5,
+    "draft_probs": [0.9, 0.8, 0.7],
+    "target_probs": [0.9, 0.1, 0.2],
+}
 
 
 def test_drafts_are_coloured_by_fate_and_escaped():

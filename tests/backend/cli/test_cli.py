@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -46,8 +47,16 @@ def test_every_command_has_help(command):
 
 
 def test_generate_json_is_lossless_and_complete(tiny_folder):
-    common = ["generate", "--prompt", "w5 w9 w13 w5 w9 w13", "--target", tiny_folder, "--max-new-tokens", "30",
-              "--json"]
+    common = [
+        "generate",
+        "--prompt",
+        "w5 w9 w13 w5 w9 w13",
+        "--target",
+        tiny_folder,
+        "--max-new-tokens",
+        "30",
+        "--json",
+    ]
     plain = json.loads(cli(*common, "--draft-len", "0").stdout)
     spec = json.loads(cli(*common, "--drafter", "ngram", "--draft-len", "4").stdout)
     assert spec["output_ids"] == plain["output_ids"] and len(plain["output_ids"]) > 0
@@ -62,34 +71,81 @@ def test_generate_json_is_lossless_and_complete(tiny_folder):
 
 
 def test_generate_text_marks_accepted_drafts(tiny_folder):
-    out = cli("generate", "--prompt", "w5 w9 w13 w5 w9 w13", "--target", tiny_folder, "--drafter", "suffix",
-              "--draft-len", "8", "--max-new-tokens", "40").stdout
+    out = cli(
+        "generate",
+        "--prompt",
+        "w5 w9 w13 w5 w9 w13",
+        "--target",
+        tiny_folder,
+        "--drafter",
+        "suffix",
+        "--draft-len",
+        "8",
+        "--max-new-tokens",
+        "40",
+    ).stdout
     assert "[[" in out and "]]" in out
     assert "AL " in out and "target forwards" in out
 
 
 def test_generate_suite_prints_one_json_line_per_prompt(tiny_folder, tiny_suite):
-    out = cli("generate", "--suite", tiny_suite, "--target", tiny_folder, "--drafter", "suffix",
-              "--max-new-tokens", "12", "--json").stdout
+    out = cli(
+        "generate",
+        "--suite",
+        tiny_suite,
+        "--target",
+        tiny_folder,
+        "--drafter",
+        "suffix",
+        "--max-new-tokens",
+        "12",
+        "--json",
+    ).stdout
     records = [json.loads(line) for line in out.splitlines()]
     assert [(r["question_id"], r["category"]) for r in records] == [(1, "copy"), (2, "chat")]
     assert len(records[1]["turns"]) == 2 and all("output_ids" in r and "summary" in r for r in records)
 
 
 def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
-    result = cli("bench", "speed", "--suite", tiny_suite, "--target", tiny_folder, "--drafters", "ngram,suffix",
-                 "--draft-lens", "2,auto", "--max-new-tokens", "16", "--json")
+    result = cli(
+        "bench",
+        "speed",
+        "--suite",
+        tiny_suite,
+        "--target",
+        tiny_folder,
+        "--drafters",
+        "ngram,suffix",
+        "--draft-lens",
+        "2,auto",
+        "--max-new-tokens",
+        "16",
+        "--json",
+    )
     report = json.loads(result.stdout.splitlines()[-1])
     plain = report["summary"].pop("plain@0")
     assert plain["compile"] == "off" and plain["tokens_per_s"] > 0 and plain["vs_hf_generate"] > 0
     assert set(report["summary"]) == {"ngram@2", "ngram@auto", "suffix@2", "suffix@auto", "hf-assisted@2"}
     for row in report["summary"].values():
-        assert {"geomean_speedup_vs_plain", "geomean_speedup_vs_hf_assisted", "worst_category_speedup", "al",
-                "lossless"} <= row.keys()
+        assert {
+            "geomean_speedup_vs_plain",
+            "geomean_speedup_vs_hf_assisted",
+            "worst_category_speedup",
+            "al",
+            "lossless",
+        } <= row.keys()
         assert row["lossless"] == "2/2"
     row = report["results"][0]
-    assert {"drafter", "draft_len", "category", "al", "tokens_per_s", "speedup_vs_plain", "speedup_vs_hf_assisted",
-            "lossless"} <= row.keys()
+    assert {
+        "drafter",
+        "draft_len",
+        "category",
+        "al",
+        "tokens_per_s",
+        "speedup_vs_plain",
+        "speedup_vs_hf_assisted",
+        "lossless",
+    } <= row.keys()
     ours = [row for row in report["results"] if row["drafter"] != "hf-assisted"]  # HF reports no steps
     for row in ours:  # one prompt per category: the CI is that prompt's AL
         assert row["al_ci_low"] <= row["al"] <= row["al_ci_high"]
@@ -113,8 +169,23 @@ def test_a_disagreement_with_hugging_face_is_located_with_its_logit_margin(tiny)
 
 
 def test_bench_forward_times_eager_beside_compiled(tiny_folder):
-    result = cli("bench", "forward", "--target", tiny_folder, "--compile", "on", "--batch-sizes", "1",
-                 "--widths", "1,4", "--context", "20", "--repeats", "2", "--json")
+    result = cli(
+        "bench",
+        "forward",
+        "--target",
+        tiny_folder,
+        "--compile",
+        "on",
+        "--batch-sizes",
+        "1",
+        "--widths",
+        "1,4",
+        "--context",
+        "20",
+        "--repeats",
+        "2",
+        "--json",
+    )
     report = json.loads(result.stdout.splitlines()[-1])
     rows = {(r["mode"], r["batch_size"], r["tokens"]): r for r in report["results"]}
     assert set(rows) == {(mode, 1, width) for mode in ("eager", "compiled") for width in (1, 4)}
@@ -155,8 +226,18 @@ def test_prompt_longer_than_the_context(tiny_folder, tmp_path):
 
 @pytest.mark.slow
 def test_suffix_decoding_on_the_embedded_default():
-    result = cli("generate", "--prompt", "Repeat exactly: the quick brown fox jumps over the lazy dog.",
-                 "--drafter", "suffix", "--draft-len", "8", "--max-new-tokens", "40", "--json")
+    result = cli(
+        "generate",
+        "--prompt",
+        "Repeat exactly: the quick brown fox jumps over the lazy dog.",
+        "--drafter",
+        "suffix",
+        "--draft-len",
+        "8",
+        "--max-new-tokens",
+        "40",
+        "--json",
+    )
     record = json.loads(result.stdout)
     assert "fox" in record["text"]
     assert record["summary"]["al"] > 1.0 and record["summary"]["new_tokens"] == len(record["output_ids"])

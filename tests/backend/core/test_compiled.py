@@ -50,8 +50,9 @@ def test_fast_forward_equals_hugging_face_through_rollbacks(tiny, compiled):
 
 
 def test_the_static_cache_rolls_back_by_length_and_refuses_to_overflow():
-    cache = StaticKV.allocate(layers=2, batch=3, kv_heads=1, capacity=5, head_dim=4, dtype=torch.float32,
-                              device=torch.device("cpu"))
+    cache = StaticKV.allocate(
+        layers=2, batch=3, kv_heads=1, capacity=5, head_dim=4, dtype=torch.float32, device=torch.device("cpu")
+    )
     assert cache.capacity == 128  # rounded up so similar requests share shapes
     cache.lengths = torch.tensor([10, 20, 30])
     cache.keep(torch.tensor([8, 20, 1]))

@@ -71,10 +71,12 @@ def test_replaying_a_recorded_run_reproduces_it(tiny, tiny_other, sampling):
     """Replay against a run's own output gives back its text; against a greedy run the drafts and
     acceptances of every step too (greedy acceptance and replay agree on the target's rollout)."""
     engine = engine_for(tiny)
-    recorded = engine.generate(PROMPT, DraftModelDrafter(tiny, tiny_other),
-                               GenerationSettings(24, draft_len=3, sampling=sampling)).run()
-    replayed = engine.generate(PROMPT, DraftModelDrafter(tiny, tiny_other), GenerationSettings(24, draft_len=3),
-                               reference=recorded.output_ids).run()
+    recorded = engine.generate(
+        PROMPT, DraftModelDrafter(tiny, tiny_other), GenerationSettings(24, draft_len=3, sampling=sampling)
+    ).run()
+    replayed = engine.generate(
+        PROMPT, DraftModelDrafter(tiny, tiny_other), GenerationSettings(24, draft_len=3), reference=recorded.output_ids
+    ).run()
     assert replayed.output_ids == recorded.output_ids
     if sampling.greedy:
         assert [(s.drafted, s.accepted) for s in replayed.steps] == [(s.drafted, s.accepted) for s in recorded.steps]

@@ -53,17 +53,25 @@ def test_unreachable_hub_says_what_to_do(monkeypatch):
 
 
 def test_a_model_that_is_not_a_causal_lm(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5", "vocab_size": 64, "d_model": 32,
-                                                      "num_layers": 1, "num_heads": 2}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "t5", "vocab_size": 64, "d_model": 32, "num_layers": 1, "num_heads": 2})
+    )
     with pytest.raises(ModelLoadError, match="not a causal language model"):
         load_model(str(tmp_path))
 
 
 def test_remote_code_is_refused_unless_allowed(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({
-        "model_type": "my-own-arch",
-        "auto_map": {"AutoConfig": "configuration_mine.MyConfig", "AutoModelForCausalLM": "modeling_mine.MyModel"},
-    }))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "my-own-arch",
+                "auto_map": {
+                    "AutoConfig": "configuration_mine.MyConfig",
+                    "AutoModelForCausalLM": "modeling_mine.MyModel",
+                },
+            }
+        )
+    )
     (tmp_path / "configuration_mine.py").write_text("raise RuntimeError('remote code ran')\n")
     with pytest.raises(ModelLoadError, match="remote code"):
         load_model(str(tmp_path))

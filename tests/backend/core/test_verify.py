@@ -158,8 +158,9 @@ def test_draw_follows_the_weights_and_never_draws_a_zero_weight():
 def test_rejection_without_drafts_samples_from_p0():
     generator = torch.Generator().manual_seed(0)
     probs = torch.tensor([[0.0, 0.0, 1.0]])
-    assert {rejection_verify(probs, torch.tensor([], dtype=torch.long), None, generator).token
-            for _ in range(20)} == {2}
+    assert {rejection_verify(probs, torch.tensor([], dtype=torch.long), None, generator).token for _ in range(20)} == {
+        2
+    }
 
 
 def test_verify_dispatches_greedy_sampling_and_replay():
@@ -171,8 +172,9 @@ def test_verify_dispatches_greedy_sampling_and_replay():
 
     sampling = SamplingParams(temperature=0.8, top_k=4)
     sampled = verify(logits, drafted, draft_probs, sampling, generator=torch.Generator().manual_seed(7))
-    direct = rejection_verify(target_probs(logits, sampling), torch.tensor(drafted), draft_probs,
-                              torch.Generator().manual_seed(7))
+    direct = rejection_verify(
+        target_probs(logits, sampling), torch.tensor(drafted), draft_probs, torch.Generator().manual_seed(7)
+    )
     assert (sampled.accepted, sampled.token) == (direct.accepted, direct.token)
     assert torch.equal(sampled.probs, target_probs(logits, sampling))  # what the display reuses
 

@@ -37,9 +37,10 @@ def test_plain_engine_equals_hugging_face_generate(default_model, plain):
     for result in plain.values():
         for turn in result.turns:
             inputs = torch.tensor([turn.prompt_ids])
-            hf = default_model.model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=MAX_NEW,
-                                              do_sample=False, pad_token_id=2)
-            assert hf[0, len(turn.prompt_ids):].tolist() == turn.output_ids
+            hf = default_model.model.generate(
+                inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=MAX_NEW, do_sample=False, pad_token_id=2
+            )
+            assert hf[0, len(turn.prompt_ids) :].tolist() == turn.output_ids
 
 
 @pytest.mark.parametrize("name", ["ngram", "suffix"])

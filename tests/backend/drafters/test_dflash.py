@@ -94,12 +94,13 @@ def test_blocks_see_only_target_states_before_their_anchor(tiny, distilled):
     def block(hidden: dict[int, torch.Tensor]) -> torch.Tensor:
         context = head.encode_context(hidden, torch.arange(t)[None])
         positions = torch.tensor([[anchor]])
-        return head(ids[:, anchor:anchor + 1], positions, context, torch.arange(t)[None, None] < anchor)
+        return head(ids[:, anchor : anchor + 1], positions, context, torch.arange(t)[None, None] < anchor)
 
     states = {k: v[:1] for k, v in distilled.hidden.items()}
     before = block(states)
-    later = {k: torch.cat([v[:, :anchor], v[:, anchor:] + 5 * torch.randn_like(v[:, anchor:])], 1)
-             for k, v in states.items()}
+    later = {
+        k: torch.cat([v[:, :anchor], v[:, anchor:] + 5 * torch.randn_like(v[:, anchor:])], 1) for k, v in states.items()
+    }
     torch.testing.assert_close(block(later), before)  # states at and after the anchor are invisible
     earlier = {k: v.clone() for k, v in states.items()}
     earlier[2][:, anchor - 1] += 5.0
@@ -142,8 +143,9 @@ def test_a_few_steps_on_a_fixed_batch_reduce_the_loss(tiny, distilled):
 
 def test_position_weights_decay_along_the_block():
     assert torch.equal(dflash.position_weights(3, None, torch.device("cpu")), torch.ones(3))
-    torch.testing.assert_close(dflash.position_weights(3, 2.0, torch.device("cpu")),
-                               torch.exp(-torch.tensor([0.0, 0.5, 1.0])))  # exp(-(k-1)/2)
+    torch.testing.assert_close(
+        dflash.position_weights(3, 2.0, torch.device("cpu")), torch.exp(-torch.tensor([0.0, 0.5, 1.0]))
+    )  # exp(-(k-1)/2)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -230,13 +232,23 @@ def test_the_cost_is_one_pass_spread_over_the_block(tiny):
     assert cost.target_tle_per_forward == pytest.approx(tiny.tle_per_forward)
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6,
-                                                                                        top_p=0.9)],
-                         ids=["T1", "T0.7-topk6-topp0.9"])
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6, top_p=0.9)],
+    ids=["T1", "T0.7-topk6-topp0.9"],
+)
 def test_sampling_with_the_drafter_matches_the_target(sampling):
     """q is zero outside the reduced vocabulary (here 8 of 12 tokens) and exact inside it."""
-    target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                        tokenizer=tiny_tokenizer(VOCAB))
+    target = tiny_llama(
+        seed=3,
+        vocab_size=VOCAB,
+        layers=2,
+        hidden=32,
+        heads=2,
+        kv_heads=1,
+        init_scale=0.3,
+        tokenizer=tiny_tokenizer(VOCAB),
+    )
     head = dflash.new_head(target, {"block_size": 3}, d2t=torch.tensor([0, 2, 4, 5, 6, 7, 8, 11]))
     drafter = dflash.DFlashDrafter(target, head)
     draft = first_draft(drafter, target, SAMPLING_PROMPT, 2, sampling)

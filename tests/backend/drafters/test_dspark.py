@@ -36,7 +36,7 @@ def with_markov_weights(head: dspark.DSparkHead, seed: int = 0, scale: float = 3
     with torch.no_grad():
         for linear in (head.markov_in, head.markov_out):
             noise = torch.randn(linear.weight.shape, generator=generator)
-            linear.weight.copy_(noise * scale / linear.in_features ** 0.5)
+            linear.weight.copy_(noise * scale / linear.in_features**0.5)
     return head
 
 
@@ -65,8 +65,10 @@ def test_an_untrained_head_drafts_as_its_backbone(tiny):
     assert isinstance(head.backbone, dflash.DFlashHead) and head.config.markov_rank == 8
     assert head.config.threshold == 0.3 and head.markov_out.weight.shape == (64, 8)
     backbone = dflash.DFlashDrafter(tiny, head.backbone)
-    assert first_draft(dspark.DSparkDrafter(tiny, head), tiny, PROMPT, 4).tokens == \
-        first_draft(backbone, tiny, PROMPT, 4).tokens
+    assert (
+        first_draft(dspark.DSparkDrafter(tiny, head), tiny, PROMPT, 4).tokens
+        == first_draft(backbone, tiny, PROMPT, 4).tokens
+    )
 
 
 def test_the_backbone_runs_once_per_proposal_and_the_markov_head_changes_drafts(tiny):
@@ -86,8 +88,9 @@ def test_the_confidence_cut_shortens_drafts_and_says_so(tiny):
     never = dspark.DSparkDrafter(tiny, dspark.new_head(tiny), threshold=1.0)
     result = generate(tiny, PROMPT, 20, never, draft_len=4)
     assert result.output_ids == greedy(tiny, PROMPT, 20)
-    assert all(step.drafted == [] and step.stop_reason == "low-confidence" for step in result.steps
-               if step.draft_len > 0)
+    assert all(
+        step.drafted == [] and step.stop_reason == "low-confidence" for step in result.steps if step.draft_len > 0
+    )
 
 
 def test_training_reduces_every_part_of_the_loss(tiny, distilled):
@@ -137,8 +140,10 @@ def test_folders_from_before_the_shared_draft_layer_still_load(tiny, trained, tm
 
     folder = head_io.save(trained, tiny, tmp_path / "old", torch.float32)
     renamed = {new: old for old, new in dflash.LEGACY_LAYER_NAMES.items()}
-    state = {re.sub(r"(layers\.\d+\.)(\w+)\.", lambda m: f"{m[1]}{renamed.get(m[2], m[2])}.", name): tensor
-             for name, tensor in load_file(str(folder / "model.safetensors")).items()}
+    state = {
+        re.sub(r"(layers\.\d+\.)(\w+)\.", lambda m: f"{m[1]}{renamed.get(m[2], m[2])}.", name): tensor
+        for name, tensor in load_file(str(folder / "model.safetensors")).items()
+    }
     assert "backbone.layers.0.attn_norm.weight" in state and "backbone.layers.0.q_norm.weight" in state
     save_file(state, str(folder / "model.safetensors"))
     loaded = dspark.load(folder, tiny).head
@@ -160,13 +165,23 @@ def test_the_cost_adds_the_markov_and_confidence_heads_per_token(tiny):
     assert dspark.DSparkDrafter(tiny, head).cost().tle_per_token == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6,
-                                                                                        top_p=0.9)],
-                         ids=["T1", "T0.7-topk6-topp0.9"])
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6, top_p=0.9)],
+    ids=["T1", "T0.7-topk6-topp0.9"],
+)
 def test_sampling_with_the_drafter_matches_the_target(sampling):
     """Tokens drawn one by one from Markov-corrected rows, some drafts cut by confidence: still exact."""
-    target = tiny_llama(seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3,
-                        tokenizer=tiny_tokenizer(VOCAB))
+    target = tiny_llama(
+        seed=3,
+        vocab_size=VOCAB,
+        layers=2,
+        hidden=32,
+        heads=2,
+        kv_heads=1,
+        init_scale=0.3,
+        tokenizer=tiny_tokenizer(VOCAB),
+    )
     head = with_markov_weights(dspark.new_head(target, {"block_size": 3}, d2t=torch.tensor([0, 2, 4, 5, 6, 7, 8, 11])))
     drafter = dspark.DSparkDrafter(target, with_confidence(head, 0.7), threshold=0.45)  # 0.7, then 0.49, then cut
     draft = first_draft(drafter, target, SAMPLING_PROMPT, 3, sampling)

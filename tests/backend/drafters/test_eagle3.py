@@ -54,11 +54,19 @@ def test_new_head_settings_and_errors(tiny):
     assert head.config == eagle3.Eagle3Config((1, 2, 3), 64, 128)
     assert eagle3.training_layers(tiny) == (1, 2, 3, 4)
     assert eagle3.Eagle3Drafter(tiny, head).target_hidden_layers == (1, 2, 3)
-    layer = [f"layer.{name}.weight" for name in ("q_proj", "k_proj", "v_proj", "o_proj", "post_attention_norm",
-                                                   "gate_proj", "up_proj", "down_proj")]
+    layer = [
+        f"layer.{name}.weight"
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "post_attention_norm", "gate_proj", "up_proj", "down_proj")
+    ]
     # the target's embeddings are borrowed, not stored
-    assert list(head.state_dict()) == ["fc.weight", "embed_norm.weight", "hidden_norm.weight", *layer, "norm.weight",
-                                       "lm_head.weight"]
+    assert list(head.state_dict()) == [
+        "fc.weight",
+        "embed_norm.weight",
+        "hidden_norm.weight",
+        *layer,
+        "norm.weight",
+        "lm_head.weight",
+    ]
     counts = torch.zeros(64)
     counts[[7, 9, 30]] = torch.tensor([5.0, 3.0, 4.0])
     assert eagle3.new_head(tiny, {"draft_vocab_size": 3}, counts).d2t.tolist() == [7, 9, 30]
@@ -133,14 +141,17 @@ def _edit_config(folder, **settings) -> None:
     (folder / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda f: (f / "model.safetensors").unlink(), "model.safetensors is missing"),
-    (lambda f: save_file({"d2t": torch.tensor([3, 64])}, str(f / "vocab_map.safetensors")), "outside the target"),
-    (lambda f: (f / "vocab_map.safetensors").unlink(), "vocab_map.safetensors is missing"),
-    (lambda f: _edit_config(f, layers=[1, 2]), "usable eagle3 head"),
-    (lambda f: _edit_config(f, draft_vocab_size=12), "vocabulary map has 13 tokens"),
-    (lambda f: _edit_config(f, heads=3), "unknown eagle3 settings: heads"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: (f / "model.safetensors").unlink(), "model.safetensors is missing"),
+        (lambda f: save_file({"d2t": torch.tensor([3, 64])}, str(f / "vocab_map.safetensors")), "outside the target"),
+        (lambda f: (f / "vocab_map.safetensors").unlink(), "vocab_map.safetensors is missing"),
+        (lambda f: _edit_config(f, layers=[1, 2]), "usable eagle3 head"),
+        (lambda f: _edit_config(f, draft_vocab_size=12), "vocabulary map has 13 tokens"),
+        (lambda f: _edit_config(f, heads=3), "unknown eagle3 settings: heads"),
+    ],
+)
 def test_bad_folders_say_what_is_wrong(tiny, tmp_path, damage, message):
     eagle3.save(eagle3.new_head(tiny, d2t=reduced_d2t()), tiny, tmp_path)
     damage(tmp_path)
@@ -187,10 +198,14 @@ def test_a_trained_head_gets_drafts_accepted(tiny):
     check_learns_to_draft(eagle3, tiny)
 
 
-@pytest.mark.parametrize("sampling, d2t", [
-    (SamplingParams(temperature=1.0), REDUCED_12),
-    (SamplingParams(temperature=0.7, top_k=6, top_p=0.9), None),
-], ids=["T1-reduced-vocab", "T0.7-topk6-topp0.9"])
+@pytest.mark.parametrize(
+    "sampling, d2t",
+    [
+        (SamplingParams(temperature=1.0), REDUCED_12),
+        (SamplingParams(temperature=0.7, top_k=6, top_p=0.9), None),
+    ],
+    ids=["T1-reduced-vocab", "T0.7-topk6-topp0.9"],
+)
 def test_sampling_with_the_drafter_matches_the_target(sampling, d2t):
     check_sampling(eagle3, sampling_model(), sampling, d2t)
 

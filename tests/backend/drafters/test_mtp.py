@@ -40,10 +40,17 @@ def test_the_module_borrows_the_targets_embeddings_norm_and_head(tiny):
     head = mtp.new_head(tiny)
     assert head.config == mtp.MtpConfig(draft_vocab_size=64, intermediate_size=128)
     assert mtp.training_layers(tiny) == (4,) and mtp.MtpDrafter(tiny, head).target_hidden_layers == (4,)
-    layer = [f"layer.{name}.weight" for name in ("q_proj", "k_proj", "v_proj", "o_proj", "post_attention_norm",
-                                                   "gate_proj", "up_proj", "down_proj")]
-    assert list(head.state_dict()) == ["embed_norm.weight", "hidden_norm.weight", "proj.weight",
-                                       "layer.input_norm.weight", *layer]
+    layer = [
+        f"layer.{name}.weight"
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj", "post_attention_norm", "gate_proj", "up_proj", "down_proj")
+    ]
+    assert list(head.state_dict()) == [
+        "embed_norm.weight",
+        "hidden_norm.weight",
+        "proj.weight",
+        "layer.input_norm.weight",
+        *layer,
+    ]
     lm_head = tiny.model.get_output_embeddings().weight
     assert head.head_weight.data_ptr() == lm_head.data_ptr()  # the whole vocabulary: the very same weights
     reduced = mtp.new_head(tiny, d2t=reduced_d2t())

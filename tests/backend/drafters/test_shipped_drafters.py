@@ -52,7 +52,11 @@ def test_shipped_drafters_propose_the_recorded_drafts(default_model, kind, tempe
     helper draws over the draft vocabulary (the same distribution, another draw from the same seed)."""
     engine = SpeculativeEngine(default_model.model, default_model.eos_token_ids, default_model.facts.max_context)
     prompt = encode_conversation(default_model.tokenizer, [RECORDED["prompt"]], [])
-    settings = GenerationSettings(RECORDED["new_tokens"], draft_len=RECORDED["draft_len"],
-                                  sampling=SamplingParams(temperature=temperature), seed=RECORDED["seed"])
+    settings = GenerationSettings(
+        RECORDED["new_tokens"],
+        draft_len=RECORDED["draft_len"],
+        sampling=SamplingParams(temperature=temperature),
+        seed=RECORDED["seed"],
+    )
     steps = engine.generate(prompt, build_drafter(kind, default_model), settings).run().steps
     assert [step.drafted for step in steps] == RECORDED["drafts"][kind][str(temperature)]

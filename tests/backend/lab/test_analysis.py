@@ -40,8 +40,14 @@ def point(x, y, name="p"):
 
 
 def test_pareto_frontier_keeps_the_undominated_points_in_order():
-    points = [point(10, 100, "a"), point(20, 80, "b"), point(15, 70, "c"), point(30, 40, "d"), point(20, 80, "e"),
-              point(5, 100, "f")]
+    points = [
+        point(10, 100, "a"),
+        point(20, 80, "b"),
+        point(15, 70, "c"),
+        point(30, 40, "d"),
+        point(20, 80, "e"),
+        point(5, 100, "f"),
+    ]
     # c is beaten by b; f by a (same throughput, less interactivity); b and e tie and both stay
     assert [p["name"] for p in pareto_frontier(points)] == ["a", "b", "e", "d"]
 
@@ -80,19 +86,26 @@ def test_draft_length_rules():
 
 
 def test_recommended_d_is_the_fastest_per_batch_size():
-    points = [{"batch_size": b, "draft_len": d, "throughput_tps": t}
-              for b, d, t in ((1, 0, 10), (1, 4, 14), (8, 0, 50), (8, 4, 45))]
+    points = [
+        {"batch_size": b, "draft_len": d, "throughput_tps": t}
+        for b, d, t in ((1, 0, 10), (1, 4, 14), (8, 0, 50), (8, 4, 45))
+    ]
     assert recommended_d(points) == {1: "4", 8: "0"}
 
 
 def test_acceptance_groups_by_hand():
     # run A: two steps of D=2 accepting 2 then 0; run B: one step accepting 1
-    runs = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 2, "steps": 2, "drafted": 4},
-            {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 1, "steps": 1, "drafted": 2}]
-    histogram = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": j, "steps": 1}
-                 for j in range(3)]
-    positions = [{"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 1, "reached": 3, "accepted": 2},
-                 {"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 2, "reached": 2, "accepted": 1}]
+    runs = [
+        {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 2, "steps": 2, "drafted": 4},
+        {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 1, "steps": 1, "drafted": 2},
+    ]
+    histogram = [
+        {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": j, "steps": 1} for j in range(3)
+    ]
+    positions = [
+        {"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 1, "reached": 3, "accepted": 2},
+        {"drafter": "ngram", "draft_len": "2", "category": "chat", "position": 2, "reached": 2, "accepted": 1},
+    ]
     [group] = acceptance_groups(runs, histogram, positions)
     assert group["runs"] == 2 and group["drafting_steps"] == 3 and group["histogram"] == [1, 1, 1]
     assert group["al"] == pytest.approx(2.0)  # 1 + 3 accepted / 3 steps
@@ -103,15 +116,19 @@ def test_acceptance_groups_by_hand():
 
 
 def test_newest_per_config_keeps_the_first_of_each():
-    points = [{"drafter": "ngram", "draft_len": 4, "batch_size": 1, "sweep": "new"},
-              {"drafter": "ngram", "draft_len": "4", "batch_size": 1, "sweep": "old"},
-              {"drafter": "ngram", "draft_len": "4", "batch_size": 2, "sweep": "old"}]
+    points = [
+        {"drafter": "ngram", "draft_len": 4, "batch_size": 1, "sweep": "new"},
+        {"drafter": "ngram", "draft_len": "4", "batch_size": 1, "sweep": "old"},
+        {"drafter": "ngram", "draft_len": "4", "batch_size": 2, "sweep": "old"},
+    ]
     assert [p["sweep"] for p in newest_per_config(points)] == ["new", "old"]
 
 
 def test_newest_per_config_keeps_the_newest_points_path_only():
     """A compiled drafter point must not meet an eager baseline from another sweep."""
-    points = [{"drafter": "ngram", "draft_len": 4, "batch_size": 1, "compile": "on", "sweep": "new"},
-              {"drafter": "none", "draft_len": 0, "batch_size": 1, "compile": "off", "sweep": "old"},
-              {"drafter": "none", "draft_len": 0, "batch_size": 1, "compile": "on", "sweep": "older"}]
+    points = [
+        {"drafter": "ngram", "draft_len": 4, "batch_size": 1, "compile": "on", "sweep": "new"},
+        {"drafter": "none", "draft_len": 0, "batch_size": 1, "compile": "off", "sweep": "old"},
+        {"drafter": "none", "draft_len": 0, "batch_size": 1, "compile": "on", "sweep": "older"},
+    ]
     assert [p["sweep"] for p in newest_per_config(points)] == ["new", "older"]

@@ -18,8 +18,15 @@ from tests.helpers.workers import WorkerProcess
 
 
 def run_row(run_id: str, **extra) -> dict:
-    return {"run_id": run_id, "kind": "generate", "turns": ["hello"], "target": "t", "drafter": "ngram",
-            "draft_len": 4, **extra}
+    return {
+        "run_id": run_id,
+        "kind": "generate",
+        "turns": ["hello"],
+        "target": "t",
+        "drafter": "ngram",
+        "draft_len": 4,
+        **extra,
+    }
 
 
 def test_migrations_from_empty_and_reopen(tmp_path):
@@ -38,8 +45,10 @@ def test_a_version_3_file_gains_the_software_columns_and_keeps_its_runs(tmp_path
     for version, sql in MIGRATIONS[:3]:
         db.execute(sql)
         db.execute("INSERT INTO schema_version VALUES (?, now())", [version])
-    db.execute("INSERT INTO runs (run_id, kind, status, created_at, turns, target, drafter, draft_len) "
-               "VALUES ('old', 'generate', 'complete', now(), '[\"hi\"]', 't', 'ngram', '2')")
+    db.execute(
+        "INSERT INTO runs (run_id, kind, status, created_at, turns, target, drafter, draft_len) "
+        "VALUES ('old', 'generate', 'complete', now(), '[\"hi\"]', 't', 'ngram', '2')"
+    )
     db.close()
     store = RunStore(path)
     assert store.schema_version() == 4
@@ -48,8 +57,20 @@ def test_a_version_3_file_gains_the_software_columns_and_keeps_its_runs(tmp_path
     store.start_run(run_row("new", specscope_version="0.1.0", git_commit="abc123"))
     assert (store.run("new")["specscope_version"], store.run("new")["git_commit"]) == ("0.1.0", "abc123")
     store.start_sweep("s", "t", "f", "cpu", {})
-    store.add_sweep_points("s", [{"drafter": "ngram", "draft_len": 2, "batch_size": 1, "category": "all",
-                                  "split": "all", "specscope_version": "0.1.0", "git_commit": "abc123"}])
+    store.add_sweep_points(
+        "s",
+        [
+            {
+                "drafter": "ngram",
+                "draft_len": 2,
+                "batch_size": 1,
+                "category": "all",
+                "split": "all",
+                "specscope_version": "0.1.0",
+                "git_commit": "abc123",
+            }
+        ],
+    )
     [point] = store.sweep_points("s").to_dict(orient="records")
     assert (point["specscope_version"], point["git_commit"], point["draft_len"]) == ("0.1.0", "abc123", "2")
 
@@ -58,10 +79,25 @@ def test_runs_steps_and_filters(tmp_path):
     store = RunStore(tmp_path / "b.duckdb")
     store.start_run(run_row("r1", category="coding"))
     store.start_run(run_row("r2", drafter="suffix", draft_len="auto"))
-    step = {"index": 0, "turn": 0, "draft_len": 4, "drafted": [5, 6], "draft_probs": None, "target_probs": [0.9, 0.1],
-            "accepted": 1, "target_token": 7, "target_token_prob": 0.5, "emitted": [5, 7], "draft_s": 0.001,
-            "verify_s": 0.05, "stop_reason": None, "finish_reason": None, "drafted_text": ["a", "b"],
-            "emitted_text": ["a", "c"], "target_text": "c"}
+    step = {
+        "index": 0,
+        "turn": 0,
+        "draft_len": 4,
+        "drafted": [5, 6],
+        "draft_probs": None,
+        "target_probs": [0.9, 0.1],
+        "accepted": 1,
+        "target_token": 7,
+        "target_token_prob": 0.5,
+        "emitted": [5, 7],
+        "draft_s": 0.001,
+        "verify_s": 0.05,
+        "stop_reason": None,
+        "finish_reason": None,
+        "drafted_text": ["a", "b"],
+        "emitted_text": ["a", "c"],
+        "target_text": "c",
+    }
     store.add_steps("r1", [step, {**step, "index": 1}])
     store.finish_run("r1", status="complete", al=2.0, new_tokens=4)
     assert store.run("r1")["status"] == "complete" and store.run("r2")["status"] == "running"
@@ -78,8 +114,11 @@ def test_runs_steps_and_filters(tmp_path):
 def test_a_baseline_is_a_single_sequence_plain_run_on_the_same_path(tmp_path):
     store = RunStore(tmp_path / "base.duckdb")
     same = {"target_fingerprint": "f", "max_new_tokens": 8, "temperature": 0.0, "device": "cpu", "draft_len": 0}
-    for run_id, kind, compile, speed in [("eager", "generate", "off", 10.0), ("batched", "sweep", "on", 99.0),
-                                         ("compiled", "baseline", "on", 30.0)]:
+    for run_id, kind, compile, speed in [
+        ("eager", "generate", "off", 10.0),
+        ("batched", "sweep", "on", 99.0),
+        ("compiled", "baseline", "on", 30.0),
+    ]:
         store.start_run(run_row(run_id, kind=kind, compile=compile, **same))
         store.finish_run(run_id, status="complete", tokens_per_s=speed)
     assert store.baseline_tokens_per_s("f", ["hello"], 8, 0.0, "cpu", "on") == 30.0
@@ -88,13 +127,30 @@ def test_a_baseline_is_a_single_sequence_plain_run_on_the_same_path(tmp_path):
 
 def test_the_sql_aggregates_equal_the_acceptance_counter_on_the_same_stored_runs(tmp_path):
     store = RunStore(tmp_path / "acc.duckdb")
-    pattern = {"r1": [(3, 3), (3, 0), (3, 1), (0, 0)], "r2": [(3, 2), (2, 2), (1, 0)], "r3": [(3, 3)],
-               "r4": [(2, 1)]}  # (drafted, accepted) per step; r4 fails and is left out
+    pattern = {
+        "r1": [(3, 3), (3, 0), (3, 1), (0, 0)],
+        "r2": [(3, 2), (2, 2), (1, 0)],
+        "r3": [(3, 3)],
+        "r4": [(2, 1)],
+    }  # (drafted, accepted) per step; r4 fails and is left out
     for run_id, steps in pattern.items():
         store.start_run(run_row(run_id, draft_len=3, category="chat" if run_id != "r3" else "code"))
-        store.add_steps(run_id, [{"index": i, "turn": 0, "draft_len": 3, "drafted": list(range(10, 10 + n)),
-                                  "accepted": a, "emitted": list(range(a + 1)), "draft_s": 0.0, "verify_s": 0.01}
-                                 for i, (n, a) in enumerate(steps)])
+        store.add_steps(
+            run_id,
+            [
+                {
+                    "index": i,
+                    "turn": 0,
+                    "draft_len": 3,
+                    "drafted": list(range(10, 10 + n)),
+                    "accepted": a,
+                    "emitted": list(range(a + 1)),
+                    "draft_s": 0.0,
+                    "verify_s": 0.01,
+                }
+                for i, (n, a) in enumerate(steps)
+            ],
+        )
         store.finish_run(run_id, status="failed" if run_id == "r4" else "complete")
     tables = [table.to_dict(orient="records") for table in store.acceptance_tables(target="t").values()]
     [pooled] = acceptance_groups(*tables, pool_categories=True)
@@ -112,8 +168,10 @@ def test_the_sql_aggregates_equal_the_acceptance_counter_on_the_same_stored_runs
     assert pooled["conditional"] == pytest.approx(expected.conditional)
     by_category = acceptance_groups(*tables)
     assert [(g["category"], g["drafting_steps"]) for g in by_category] == [("chat", 6), ("code", 1)]
-    assert acceptance_groups(*(t.to_dict(orient="records")
-                               for t in store.acceptance_tables(target="other").values())) == []
+    assert (
+        acceptance_groups(*(t.to_dict(orient="records") for t in store.acceptance_tables(target="other").values()))
+        == []
+    )
 
 
 def test_open_runs_become_incomplete_at_the_next_start(tmp_path):

@@ -17,18 +17,38 @@ from backend.lab.sweep import run_sweep, split_of
 from tests.helpers.tiny import save_tiny
 from tests.helpers.workers import ROOT
 
-QUESTIONS = [Question(i, "copy" if i % 2 else "chat", (" ".join(f"w{(i * 7 + j) % 50 + 5}" for j in range(12)),))
-             for i in range(6)]
-POINT_KEYS = {"drafter", "draft_len", "batch_size", "throughput_tps", "interactivity_tps", "al", "al_ci_low",
-              "al_ci_high", "lossless"}
+QUESTIONS = [
+    Question(i, "copy" if i % 2 else "chat", (" ".join(f"w{(i * 7 + j) % 50 + 5}" for j in range(12)),))
+    for i in range(6)
+]
+POINT_KEYS = {
+    "drafter",
+    "draft_len",
+    "batch_size",
+    "throughput_tps",
+    "interactivity_tps",
+    "al",
+    "al_ci_low",
+    "al_ci_high",
+    "lossless",
+}
 
 
 @pytest.fixture(scope="module")
 def swept(tiny, tmp_path_factory):
     store = RunStore(tmp_path_factory.mktemp("sweep") / "runs.duckdb")
     seen = []
-    report = run_sweep(tiny, QUESTIONS, ["ngram"], [0, 3, "auto"], [1, 3], 16, DrafterOptions(), store,
-                       lambda label, done, total: seen.append((done, total)))
+    report = run_sweep(
+        tiny,
+        QUESTIONS,
+        ["ngram"],
+        [0, 3, "auto"],
+        [1, 3],
+        16,
+        DrafterOptions(),
+        store,
+        lambda label, done, total: seen.append((done, total)),
+    )
     return store, report, seen
 
 
@@ -57,8 +77,13 @@ def test_points_per_category_and_split_and_runs_are_stored(swept):
 
 
 def test_split_boundaries():
-    assert (split_of(10), split_of(511), split_of(512), split_of(2047), split_of(3000)) == \
-           ("short", "short", "medium", "medium", "long")
+    assert (split_of(10), split_of(511), split_of(512), split_of(2047), split_of(3000)) == (
+        "short",
+        "short",
+        "medium",
+        "medium",
+        "long",
+    )
 
 
 def test_codesign_from_points(swept):
@@ -78,20 +103,60 @@ def test_codesign_without_measurements_gives_the_rules():
 def test_sweep_and_codesign_command_lines(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
     suite = tmp_path / "suite.jsonl"
-    suite.write_text("".join(json.dumps({"question_id": q.question_id, "category": q.category,
-                                         "turns": list(q.turns)}) + "\n" for q in QUESTIONS))
+    suite.write_text(
+        "".join(
+            json.dumps({"question_id": q.question_id, "category": q.category, "turns": list(q.turns)}) + "\n"
+            for q in QUESTIONS
+        )
+    )
     env_free = {"SPECSCOPE_WORKER_URL": "http://127.0.0.1:9"}
     common = ["--target", str(folder), "--db", str(tmp_path / "runs.duckdb")]
-    sweep = subprocess.run([sys.executable, "-m", "backend", "bench", "sweep", "--suite", str(suite), "--drafters",
-                            "ngram", "--draft-lens", "0,2", "--batch-sizes", "1,2", "--max-new-tokens", "8", "--json",
-                            *common], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env={**os.environ, **env_free})
+    sweep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "bench",
+            "sweep",
+            "--suite",
+            str(suite),
+            "--drafters",
+            "ngram",
+            "--draft-lens",
+            "0,2",
+            "--batch-sizes",
+            "1,2",
+            "--max-new-tokens",
+            "8",
+            "--json",
+            *common,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env_free},
+    )
     assert sweep.returncode == 0, sweep.stderr
     report = json.loads(sweep.stdout.splitlines()[-1])
     assert {"points", "frontier"} <= report.keys() and all(p.keys() >= POINT_KEYS for p in report["points"])
-    design = subprocess.run([sys.executable, "-m", "backend", "codesign", "--json", *common], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300, env={**os.environ, **env_free})
+    design = subprocess.run(
+        [sys.executable, "-m", "backend", "codesign", "--json", *common],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env_free},
+    )
     assert design.returncode == 0, design.stderr
     analysis = json.loads(design.stdout.splitlines()[-1])
-    assert {"num_attention_heads", "num_key_value_heads", "G", "d_start", "d_ladder", "predicted", "measured",
-            "recommended_d"} <= analysis.keys()
+    assert {
+        "num_attention_heads",
+        "num_key_value_heads",
+        "G",
+        "d_start",
+        "d_ladder",
+        "predicted",
+        "measured",
+        "recommended_d",
+    } <= analysis.keys()

@@ -14,6 +14,7 @@ from tests.helpers.tiny import tiny_llama
 def loader_of(models: dict):
     def load(spec, **_):
         return models[spec]
+
     return load
 
 

@@ -48,8 +48,7 @@ def test_health_and_models(worker, tiny_folder):
 
 
 def test_generate_streams_start_steps_baseline_summary_and_stores_the_run(worker):
-    records = stream(worker, "/generate", {"prompt": PROMPT, "drafter": "ngram", "draft_len": 4,
-                                           "max_new_tokens": 40})
+    records = stream(worker, "/generate", {"prompt": PROMPT, "drafter": "ngram", "draft_len": 4, "max_new_tokens": 40})
     types = [r["type"] for r in records]
     assert types[0] == "start" and types[-1] == "summary" and "baseline" in types
     steps = [r for r in records if r["type"] == "step"]
@@ -84,8 +83,9 @@ def test_a_compiling_worker_says_so_then_stores_compiled_runs(tiny_folder, tmp_p
             time.sleep(0.1)
         assert health["status"] == "ready" and health["warming"] is None
         assert f"{tiny_folder}: compiling the target's verify pass" in said
-        records = stream(compiling, "/generate", {"prompt": PROMPT, "drafter": "ngram", "draft_len": 3,
-                                                  "max_new_tokens": 20})
+        records = stream(
+            compiling, "/generate", {"prompt": PROMPT, "drafter": "ngram", "draft_len": 3, "max_new_tokens": 20}
+        )
         summary = records[-1]
         stored = httpx.get(f"{compiling.url}/runs/{summary['run_id']}").json()
         assert stored["compile"] == "on" and stored["status"] == "complete"
@@ -103,8 +103,12 @@ def test_plain_run_is_reused_as_the_baseline(worker):
 
 
 def test_compare_streams_lanes_together_and_replay(worker):
-    body = {"prompt": PROMPT, "max_new_tokens": 30, "replay": True,
-            "lanes": [{"drafter": "ngram", "draft_len": 2}, {"drafter": "suffix", "draft_len": 6}]}
+    body = {
+        "prompt": PROMPT,
+        "max_new_tokens": 30,
+        "replay": True,
+        "lanes": [{"drafter": "ngram", "draft_len": 2}, {"drafter": "suffix", "draft_len": 6}],
+    }
     records = stream(worker, "/compare", body)
     steps = [r for r in records if r["type"] == "step"]
     lanes_in_order = [s["lane"] for s in steps[:4]]
@@ -196,13 +200,32 @@ def test_bad_requests_get_a_json_4xx(worker, body, message):
 @pytest.mark.parametrize(
     ("path", "body", "message"),
     [
-        ("/compare", {"prompt": "w5", "lanes": [{"drafter": "ngram"}, {"drafter": "draft-model",
-                                                                       "draft_model": "m\ud800"}]},
-         "lanes.1.draft_model: text must be valid UTF-8"),
-        ("/sweeps", {"questions": [{"question_id": 1, "turns": ["w5"]}], "drafters": ["ngram"], "draft_lens": [2],
-                     "batch_sizes": [1], "settings": {"note": float("inf")}}, "settings.note: numbers must be finite"),
-        ("/sweeps", {"questions": [{"question_id": 2**70, "turns": ["w5"]}], "drafters": ["ngram"],
-                     "draft_lens": [2], "batch_sizes": [1]}, "questions.0.question_id: integers must fit in 64 bits"),
+        (
+            "/compare",
+            {"prompt": "w5", "lanes": [{"drafter": "ngram"}, {"drafter": "draft-model", "draft_model": "m\ud800"}]},
+            "lanes.1.draft_model: text must be valid UTF-8",
+        ),
+        (
+            "/sweeps",
+            {
+                "questions": [{"question_id": 1, "turns": ["w5"]}],
+                "drafters": ["ngram"],
+                "draft_lens": [2],
+                "batch_sizes": [1],
+                "settings": {"note": float("inf")},
+            },
+            "settings.note: numbers must be finite",
+        ),
+        (
+            "/sweeps",
+            {
+                "questions": [{"question_id": 2**70, "turns": ["w5"]}],
+                "drafters": ["ngram"],
+                "draft_lens": [2],
+                "batch_sizes": [1],
+            },
+            "questions.0.question_id: integers must fit in 64 bits",
+        ),
     ],
 )
 def test_bad_values_anywhere_in_a_body_get_a_json_4xx(worker, path, body, message):
@@ -228,8 +251,9 @@ def test_bad_query_parameters_get_a_json_4xx(worker, path, params, message):
 def test_runs_since_a_zoned_time_compare_in_utc(worker):
     stream(worker, "/generate", {"prompt": "w44 w45", "max_new_tokens": 4, "baseline": False})
     newest = httpx.get(worker.url + "/runs", params={"limit": 1}).json()[0]["created_at"]  # naive UTC
-    same_moment_elsewhere = (datetime.fromisoformat(newest).replace(tzinfo=UTC)
-                             .astimezone(timezone(timedelta(hours=5))).isoformat())
+    same_moment_elsewhere = (
+        datetime.fromisoformat(newest).replace(tzinfo=UTC).astimezone(timezone(timedelta(hours=5))).isoformat()
+    )
     since = httpx.get(worker.url + "/runs", params={"since": same_moment_elsewhere}).json()
     assert newest in [run["created_at"] for run in since]
 
@@ -249,8 +273,11 @@ def test_unknown_model_and_context_overflow_are_error_records(worker):
 
 
 def test_requests_jobs_and_their_outcomes_are_logged_beside_the_store(worker):
-    stream(worker, "/generate", {"prompt": "w50 w51", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 4,
-                                 "baseline": False})
+    stream(
+        worker,
+        "/generate",
+        {"prompt": "w50 w51", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 4, "baseline": False},
+    )
     stream(worker, "/generate", {"prompt": "w5", "target": "/no/such/model"})
     httpx.get(worker.url + "/runs", params={"limit": -1})
     lines = (worker.db.parent / "worker.log").read_text().splitlines()
@@ -262,8 +289,18 @@ def test_requests_jobs_and_their_outcomes_are_logged_beside_the_store(worker):
 
 
 def test_runs_are_listed_with_filters(worker):
-    stream(worker, "/generate", {"prompt": "w40 w41", "drafter": "ngram", "draft_len": 2, "max_new_tokens": 8,
-                                 "category": "coding", "baseline": False})
+    stream(
+        worker,
+        "/generate",
+        {
+            "prompt": "w40 w41",
+            "drafter": "ngram",
+            "draft_len": 2,
+            "max_new_tokens": 8,
+            "category": "coding",
+            "baseline": False,
+        },
+    )
     runs = httpx.get(worker.url + "/runs", params={"drafter": "ngram", "category": "coding"}).json()
     assert runs and all(r["drafter"] == "ngram" and r["category"] == "coding" for r in runs)
     assert httpx.get(worker.url + "/runs/not-a-run").status_code == 404
@@ -283,20 +320,47 @@ def test_token_auth(tiny_folder, tmp_path):
 
 
 def test_non_loopback_bind_without_a_token_is_refused(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "backend", "worker", "--host", "0.0.0.0", "--db",
-                             str(tmp_path / "x.duckdb")], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={k: v for k, v in os.environ.items() if k != "SPECSCOPE_TOKEN"})
+    result = subprocess.run(
+        [sys.executable, "-m", "backend", "worker", "--host", "0.0.0.0", "--db", str(tmp_path / "x.duckdb")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "SPECSCOPE_TOKEN"},
+    )
     assert result.returncode == 2 and "SPECSCOPE_TOKEN" in result.stderr
 
 
 def test_a_sweep_through_the_worker_is_stored_and_analysed_there(worker, tiny_folder, tmp_path):
     suite = tmp_path / "suite.jsonl"
-    suite.write_text("".join(json.dumps({"question_id": i, "category": "copy" if i % 2 else "chat",
-                                         "turns": [PROMPT + f" w{i + 30}"]}) + "\n" for i in range(4)))
+    suite.write_text(
+        "".join(
+            json.dumps({"question_id": i, "category": "copy" if i % 2 else "chat", "turns": [PROMPT + f" w{i + 30}"]})
+            + "\n"
+            for i in range(4)
+        )
+    )
     env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url}
-    command = [sys.executable, "-m", "backend", "bench", "sweep", "--suite", str(suite), "--drafters", "ngram",
-               "--draft-lens", "0,2,4", "--batch-sizes", "1,2", "--max-new-tokens", "12", "--json",
-               "--target", tiny_folder]
+    command = [
+        sys.executable,
+        "-m",
+        "backend",
+        "bench",
+        "sweep",
+        "--suite",
+        str(suite),
+        "--drafters",
+        "ngram",
+        "--draft-lens",
+        "0,2,4",
+        "--batch-sizes",
+        "1,2",
+        "--max-new-tokens",
+        "12",
+        "--json",
+        "--target",
+        tiny_folder,
+    ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert f"stored by the worker at {worker.url}" in done.stderr
@@ -308,14 +372,17 @@ def test_a_sweep_through_the_worker_is_stored_and_analysed_there(worker, tiny_fo
     points = httpx.get(worker.url + "/sweeps/points", params={"sweep_id": report["sweep_id"]}).json()
     overall = [p for p in points if p["category"] == "all" and p["split"] == "all"]
     assert {(p["drafter"], p["draft_len"], p["batch_size"]) for p in overall} == {
-        (name, d, b) for name, d in (("none", "0"), ("ngram", "2"), ("ngram", "4")) for b in (1, 2)}
+        (name, d, b) for name, d in (("none", "0"), ("ngram", "2"), ("ngram", "4")) for b in (1, 2)
+    }
     assert {p["category"] for p in points} == {"all", "chat", "copy"}
 
     groups = httpx.get(worker.url + "/aggregates/acceptance", params={"target": tiny_folder, "drafter": "ngram"}).json()
     by_length = {g["draft_len"]: g for g in groups["pooled"]}
     assert {g["category"] for g in groups["by_category"]} >= {"chat", "copy"}
-    assert sum(g["drafting_steps"] for g in groups["by_category"] if g["draft_len"] == "4") == \
-        by_length["4"]["drafting_steps"]
+    assert (
+        sum(g["drafting_steps"] for g in groups["by_category"] if g["draft_len"] == "4")
+        == by_length["4"]["drafting_steps"]
+    )
     assert {"2", "4"} <= by_length.keys()
     four = by_length["4"]
     assert four["al_ci_low"] <= four["al"] <= four["al_ci_high"] and len(four["survival"]) == 4

@@ -41,23 +41,37 @@ def fuzzed_worker(tiny, tmp_path_factory):
     drafters = st.sampled_from(DRAFTER_NAMES)
     wild = {
         "max_new_tokens": st.integers(1, 4) | st.sampled_from(NASTY_INTS),
-        "prompt": texts, "messages": st.lists(texts, max_size=3), "turns": st.lists(texts, max_size=2),
-        "target": names, "draft_model": names, "drafter_path": names,
-        "drafter": drafters | st.text(max_size=8), "drafters": st.lists(drafters | st.text(max_size=8), max_size=2),
+        "prompt": texts,
+        "messages": st.lists(texts, max_size=3),
+        "turns": st.lists(texts, max_size=2),
+        "target": names,
+        "draft_model": names,
+        "drafter_path": names,
+        "drafter": drafters | st.text(max_size=8),
+        "drafters": st.lists(drafters | st.text(max_size=8), max_size=2),
         "draft_lens": st.lists(st.integers(0, 4) | st.sampled_from(["auto", "soon", *NASTY_INTS]), max_size=2),
         "batch_sizes": st.lists(st.integers(1, 2) | st.sampled_from(NASTY_INTS), max_size=2),
     }
     tame = {  # inside the schema and the validators, and short: these run jobs
-        "max_new_tokens": st.integers(1, 4), "prompt": WORDS, "messages": st.none() | st.lists(WORDS, max_size=2),
-        "turns": st.lists(WORDS, min_size=1, max_size=1), "target": st.sampled_from([None, folder]),
-        "draft_model": st.none(), "drafter_path": st.none(), "drafter": drafters,
+        "max_new_tokens": st.integers(1, 4),
+        "prompt": WORDS,
+        "messages": st.none() | st.lists(WORDS, max_size=2),
+        "turns": st.lists(WORDS, min_size=1, max_size=1),
+        "target": st.sampled_from([None, folder]),
+        "draft_model": st.none(),
+        "drafter_path": st.none(),
+        "drafter": drafters,
         "draft_len": st.integers(0, 4) | st.just("auto"),
         "drafters": st.lists(st.sampled_from(["none", "ngram", "suffix"]), min_size=1, max_size=1),  # sweeps: small
-        "draft_lens": st.lists(st.integers(0, 3), min_size=1, max_size=1), "batch_sizes": st.just([1]),
+        "draft_lens": st.lists(st.integers(0, 3), min_size=1, max_size=1),
+        "batch_sizes": st.just([1]),
         "settings": st.just({}),
-        "ngram_min": st.just(1), "ngram_max": st.integers(1, 4), "layerskip_exit_layer": st.none() | st.integers(1, 3),
-        "lanes": st.lists(st.fixed_dictionaries({"drafter": drafters, "draft_len": st.integers(0, 4)}), min_size=2,
-                          max_size=3),
+        "ngram_min": st.just(1),
+        "ngram_max": st.integers(1, 4),
+        "layerskip_exit_layer": st.none() | st.integers(1, 3),
+        "lanes": st.lists(
+            st.fixed_dictionaries({"drafter": drafters, "draft_len": st.integers(0, 4)}), min_size=2, max_size=3
+        ),
     }
     strategies = [SchemaStrategies(openapi, wild), SchemaStrategies(openapi, tame, nasty=False)]
     for kind in strategies:
@@ -87,8 +101,13 @@ def test_no_request_drawn_from_the_schema_breaks_the_worker(fuzzed_worker):
     deadline = time.monotonic() + BUDGET_S
     seen: set[tuple[str, str]] = set()
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def one_request(data):
         operation = data.draw(st.sampled_from(ops))

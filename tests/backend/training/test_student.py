@@ -66,8 +66,16 @@ def distilled(tiny, tmp_path_factory):
 
 def test_student_folder_is_an_ordinary_hf_model_found_for_its_target_only(tiny, distilled, tmp_path, monkeypatch):
     folder = tmp_path / "draft-model-tiny"
-    settings = TrainSettings(tokens=20 * 4 * 32, window=32, rows=4, learning_rate=3e-3, warmup_steps=2,
-                             validate_every=20, validation_prompts=2, validation_new_tokens=16)
+    settings = TrainSettings(
+        tokens=20 * 4 * 32,
+        window=32,
+        rows=4,
+        learning_rate=3e-3,
+        warmup_steps=2,
+        validate_every=20,
+        validation_prompts=2,
+        validation_new_tokens=16,
+    )
     train(student, tiny, student.new_head(tiny, SHAPE), *distilled, settings, folder)
     config = json.loads((folder / "config.json").read_text())
     assert config["specscope_drafter"]["kind"] == "draft-model"
@@ -90,12 +98,23 @@ def test_student_folder_is_an_ordinary_hf_model_found_for_its_target_only(tiny, 
 
 
 def test_a_time_budget_ends_training_early_and_still_validates_and_saves(tiny, distilled, tmp_path):
-    settings = TrainSettings(tokens=10**9, window=32, rows=4, warmup_steps=2, validate_every=10**6,
-                             validation_prompts=1, validation_new_tokens=8, minutes=0.05, timed_validations=2)
-    eagle3_data = distil(tiny, tiny_instructions(64), eagle3.training_layers(tiny), "train", 24,
-                         cache_root=tmp_path / "cache")
-    report = train(eagle3, tiny, eagle3.new_head(tiny), eagle3_data, eagle3_data, distilled[2],
-                   settings, tmp_path / "out")
+    settings = TrainSettings(
+        tokens=10**9,
+        window=32,
+        rows=4,
+        warmup_steps=2,
+        validate_every=10**6,
+        validation_prompts=1,
+        validation_new_tokens=8,
+        minutes=0.05,
+        timed_validations=2,
+    )
+    eagle3_data = distil(
+        tiny, tiny_instructions(64), eagle3.training_layers(tiny), "train", 24, cache_root=tmp_path / "cache"
+    )
+    report = train(
+        eagle3, tiny, eagle3.new_head(tiny), eagle3_data, eagle3_data, distilled[2], settings, tmp_path / "out"
+    )
     assert 0 < report.steps < settings.steps and report.seconds >= 3.0
     assert report.validation and report.validation[-1]["step"] == report.steps
     assert (tmp_path / "out" / "model.safetensors").is_file()

@@ -34,16 +34,16 @@ def test_distilled_answers_are_the_targets_greedy_output_with_its_hidden_states(
     engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, 512)
     prompts = [encode_conversation(tiny.tokenizer, [i.text], []) for i in instructions if i.split == "train"]
     for number in range(3):  # instructions are distilled in a shuffled order: find each sequence's prompt
-        sequence = shard["input_ids"][starts[number]: starts[number + 1]]
+        sequence = shard["input_ids"][starts[number] : starts[number + 1]]
         prompt = max((p for p in prompts if sequence.tolist()[: len(p)] == p), key=len)
         answer = engine.generate(prompt, None, GenerationSettings(10, draft_len=0)).run().output_ids
         assert sequence.tolist() == prompt + answer
-        mask = shard["loss_mask"][starts[number]: starts[number + 1]]
+        mask = shard["loss_mask"][starts[number] : starts[number + 1]]
         assert mask.sum() == len(answer) and bool(mask[len(prompt) - 1]) and not bool(mask[-1])
         with torch.inference_mode():
             fresh = tiny.model(sequence[None], output_hidden_states=True).hidden_states
         for layer in LAYERS:
-            cached = shard[f"hidden.{layer}"][starts[number]: starts[number + 1]].float()
+            cached = shard[f"hidden.{layer}"][starts[number] : starts[number + 1]].float()
             assert torch.allclose(cached, fresh[layer][0], atol=2e-3)  # stored in fp16
     assert data.tokens() == starts[-1]
 

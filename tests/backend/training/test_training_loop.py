@@ -22,8 +22,10 @@ from backend.training.loop import CHECKPOINT, TrainSettings, train
 from tests.helpers.tiny import save_tiny, tiny_instructions
 from tests.helpers.workers import ROOT
 
-HEAD_SETTINGS = {"mtp": {},
-                 "draft-model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}}
+HEAD_SETTINGS = {
+    "mtp": {},
+    "draft-model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,17 @@ def data(tiny, tmp_path_factory):
 
 
 def small_settings(steps: int) -> TrainSettings:
-    return TrainSettings(tokens=steps * 4 * 32, window=32, rows=4, learning_rate=3e-3, warmup_steps=2,
-                         validate_every=steps, checkpoint_every=10, validation_prompts=2, validation_new_tokens=16)
+    return TrainSettings(
+        tokens=steps * 4 * 32,
+        window=32,
+        rows=4,
+        learning_rate=3e-3,
+        warmup_steps=2,
+        validate_every=steps,
+        checkpoint_every=10,
+        validation_prompts=2,
+        validation_new_tokens=16,
+    )
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
@@ -68,33 +79,82 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
     longer = TrainSettings(**{**settings.__dict__, "tokens": settings.tokens * 2})
     resumed = train(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, longer, tmp_path)
     assert resumed.steps == 40 and resumed.train_loss[:20] == first.train_loss  # the first 20 were not redone
-    card = write_card(tmp_path, "eagle3", tiny, resumed, longer, {}, {
-        "corpus": "test", "train_sequence_tokens": 1, "validation_sequence_tokens": 1, "distil_seconds": 0,
-        "device": "cpu", "dtype": "float32", "hardware": "test", "command": "train"})
+    card = write_card(
+        tmp_path,
+        "eagle3",
+        tiny,
+        resumed,
+        longer,
+        {},
+        {
+            "corpus": "test",
+            "train_sequence_tokens": 1,
+            "validation_sequence_tokens": 1,
+            "distil_seconds": 0,
+            "device": "cpu",
+            "dtype": "float32",
+            "hardware": "test",
+            "command": "train",
+        },
+    )
     text = card.read_text()
     assert "Validation curve" in text and "python -m backend train --kind eagle3" in text
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
-    (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
-    (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
+        (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
+        (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
+    ],
+)
 def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
     folder = save_tiny(tiny, tmp_path / "tiny")
-    done = subprocess.run([sys.executable, "-m", "backend", "train", "--target", str(folder), "--out",
-                           str(tmp_path / "out"), *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")})
+    done = subprocess.run(
+        [sys.executable, "-m", "backend", "train", "--target", str(folder), "--out", str(tmp_path / "out"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")},
+    )
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 def test_train_command_end_to_end(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
-    done = subprocess.run([sys.executable, "-m", "backend", "train", "--kind", "eagle3", "--target", str(folder),
-                           "--out", str(tmp_path / "out"), "--tokens", "4096", "--data-tokens", "3000",
-                           "--answer-tokens", "16", "--window", "32", "--rows", "4", "--validate-every", "16"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "train",
+            "--kind",
+            "eagle3",
+            "--target",
+            str(folder),
+            "--out",
+            str(tmp_path / "out"),
+            "--tokens",
+            "4096",
+            "--data-tokens",
+            "3000",
+            "--answer-tokens",
+            "16",
+            "--window",
+            "32",
+            "--rows",
+            "4",
+            "--validate-every",
+            "16",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")},
+    )
     assert done.returncode == 0, done.stderr
     assert "trained eagle3: 32 steps" in done.stdout
     config = json.loads((tmp_path / "out" / "config.json").read_text())
@@ -103,19 +163,69 @@ def test_train_command_end_to_end(tiny, tmp_path):
 
 def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
-    common = ["--target", str(folder), "--data-tokens", "3000", "--answer-tokens", "16", "--window", "32",
-              "--rows", "4", "--validation-prompts", "1"]
+    common = [
+        "--target",
+        str(folder),
+        "--data-tokens",
+        "3000",
+        "--answer-tokens",
+        "16",
+        "--window",
+        "32",
+        "--rows",
+        "4",
+        "--validation-prompts",
+        "1",
+    ]
     env = {**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")}
-    distilled = subprocess.run([sys.executable, "-m", "backend", "train", "--kind", "eagle3", "--out",
-                                str(tmp_path / "unused"), "--distil-only", *common],
-                               cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    distilled = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "train",
+            "--kind",
+            "eagle3",
+            "--out",
+            str(tmp_path / "unused"),
+            "--distil-only",
+            *common,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert distilled.returncode == 0 and "distilled" in distilled.stdout, distilled.stderr
     assert not (tmp_path / "unused").exists()
     settings = json.dumps(HEAD_SETTINGS["draft-model"])
-    done = subprocess.run([sys.executable, "-m", "backend", "train", "--kind", "draft-model", "--out",
-                           str(tmp_path / "student"), "--minutes", "0.05", "--tokens", "1000000000",
-                           "--distil-minutes", "0", "--settings", settings, *common],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "train",
+            "--kind",
+            "draft-model",
+            "--out",
+            str(tmp_path / "student"),
+            "--minutes",
+            "0.05",
+            "--tokens",
+            "1000000000",
+            "--distil-minutes",
+            "0",
+            "--settings",
+            settings,
+            *common,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert "trained draft-model:" in done.stdout and "train draft-model" in done.stderr  # the bar
     steps = int(done.stdout.split("trained draft-model: ")[1].split(" steps")[0])
