@@ -47,9 +47,10 @@ RECORDED = json.loads((Path(__file__).parent / "shipped_drafts.json").read_text(
 @pytest.mark.parametrize("temperature", (0.0, 0.8))
 def test_shipped_drafters_propose_the_recorded_drafts(default_model, kind, temperature):
     """Every step's drafts on a fixed prompt, token for token, as recorded with these very weights. Greedy
-    drafts (all kinds) and DFlash's and DSpark's sampled ones were recorded before the kinds moved onto shared
-    parts (draft layer, RoPE, folder format, sampling helper); EAGLE-3's and MTP's sampled drafts since the
-    helper draws over the draft vocabulary (the same distribution, another draw from the same seed)."""
+    drafts were recorded before the kinds moved onto shared parts (draft layer, RoPE, folder format, sampling
+    helper) and still match. Sampled drafts (T = 0.8) were recorded again after the rejection rule's
+    correction draw changed to one uniform per step (the same distribution, another draw from the same seed),
+    so they guard against regressions from there on."""
     engine = SpeculativeEngine(default_model.model, default_model.eos_token_ids, default_model.facts.max_context)
     prompt = encode_conversation(default_model.tokenizer, [RECORDED["prompt"]], [])
     settings = GenerationSettings(
