@@ -18,7 +18,7 @@ from backend.core.models import LoadedModel, check_same_tokenizer, matmul_weight
 from backend.core.target_passes import compile_mode, target_passes
 from backend.drafters.autoregressive import AutoregressiveSession
 from backend.drafters.shipped import DISTILLED_DRAFT, trained_folders
-from backend.drafters.spec import DrafterSpec, LoadModel, option
+from backend.drafters.spec import DrafterSpec, LoadModel, WeightsOptions, option
 
 
 class DraftModelRunner:
@@ -61,18 +61,15 @@ class DraftModelDrafter:
 
 
 @dataclass(frozen=True)
-class DraftModelOptions:
+class DraftModelOptions(WeightsOptions):
+    """A draft model by spec, else a distilled student's folder (`drafter_path`, as the trained heads take it)."""
+
     draft_model: str | None = option(
         None,
         "the draft's model spec: a Hugging Face id, a folder or a .gguf file "
         "sharing the target's tokenizer (default: the student distilled for "
         "the target under data/drafters/)",
         label="draft model",
-    )
-    drafter_path: str | None = option(
-        None,
-        "weights folder of a trained drafter (default: the one under data/drafters/ trained for the target)",
-        label="weights folder",
     )
 
 
