@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.tiny import tiny_llama
 
 torch.set_num_threads(max(1, torch.get_num_threads()))
 # Workers and CLI runs started by tests take the eager path unless a test asks for `--compile on`:
@@ -29,15 +29,9 @@ def tiny_other():
 @pytest.fixture(scope="session")
 def pair():
     """A 12-token target and draft whose exact joint distribution the sampling tests enumerate."""
-    from tests.helpers.sampling import VOCAB
+    from tests.helpers.sampling import sampling_model
 
-    tokenizer = tiny_tokenizer(VOCAB)
-    target = tiny_llama(
-        seed=3, vocab_size=VOCAB, layers=2, hidden=32, heads=2, kv_heads=1, init_scale=0.3, tokenizer=tokenizer
-    )
-    draft = tiny_llama(
-        seed=4, vocab_size=VOCAB, layers=1, hidden=32, heads=2, kv_heads=1, init_scale=0.3, tokenizer=tokenizer
-    )
+    target, draft = sampling_model(seed=3, layers=2), sampling_model(seed=4, layers=1)
     return target, draft
 
 

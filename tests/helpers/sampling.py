@@ -9,6 +9,7 @@ from scipy.stats import chisquare
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams, Verdict, target_probs
+from tests.helpers.tiny import tiny_llama, tiny_tokenizer
 
 VOCAB = 12
 PROMPT = [4, 5, 6, 7, 4, 5, 6, 7, 4, 5]
@@ -65,3 +66,18 @@ SETTINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top
 def accept_all(probs, drafted, draft_probs, generator) -> Verdict:
     """A broken rule: every draft accepted, whatever the target thinks of it."""
     return Verdict(len(drafted), int(torch.multinomial(probs[len(drafted)], 1, generator=generator)))
+
+
+def sampling_model(seed: int = 3, layers: int = 2):
+    """A 12-token target (or, with another seed and depth, its draft), peaked enough to give a powerful
+    chi-square test."""
+    return tiny_llama(
+        seed=seed,
+        vocab_size=VOCAB,
+        layers=layers,
+        hidden=32,
+        heads=2,
+        kv_heads=1,
+        init_scale=0.3,
+        tokenizer=tiny_tokenizer(VOCAB),
+    )

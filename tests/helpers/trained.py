@@ -18,8 +18,7 @@ from backend.core.verify import SamplingParams
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import TargetParts, TrainBatch
 from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
-from tests.helpers.sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.helpers.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.sampling import SIGNIFICANCE, exact_joint, goodness_of_fit, sampled_joint
 
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
 GREEDY = SamplingParams()
@@ -105,20 +104,6 @@ def reduced_d2t() -> torch.Tensor:
 
 
 VOCABULARIES = {"whole": None, "reduced": reduced_d2t()}
-
-
-def sampling_model():
-    """The target of test_sampling.py: 12 tokens, peaked enough to give a powerful chi-square test."""
-    return tiny_llama(
-        seed=3,
-        vocab_size=VOCAB,
-        layers=2,
-        hidden=32,
-        heads=2,
-        kv_heads=1,
-        init_scale=0.3,
-        tokenizer=tiny_tokenizer(VOCAB),
-    )
 
 
 def rounded_head(kind: ModuleType, model, d2t: torch.Tensor | None = None):

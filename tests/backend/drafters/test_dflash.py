@@ -17,8 +17,16 @@ from backend.drafters import dflash, head_io
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch
 from backend.lab.prompts import encode_conversation
 from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
-from tests.helpers.sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.helpers.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.sampling import (
+    SETTINGS,
+    SIGNIFICANCE,
+    VOCAB,
+    exact_joint,
+    goodness_of_fit,
+    sampled_joint,
+    sampling_model,
+)
+from tests.helpers.tiny import tiny_llama
 from tests.helpers.trained import (
     PROMPT,
     batch_of,
@@ -232,23 +240,10 @@ def test_the_cost_is_one_pass_spread_over_the_block(tiny):
     assert cost.target_tle_per_forward == pytest.approx(tiny.tle_per_forward)
 
 
-@pytest.mark.parametrize(
-    "sampling",
-    [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6, top_p=0.9)],
-    ids=["T1", "T0.7-topk6-topp0.9"],
-)
+@pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
 def test_sampling_with_the_drafter_matches_the_target(sampling):
     """q is zero outside the reduced vocabulary (here 8 of 12 tokens) and exact inside it."""
-    target = tiny_llama(
-        seed=3,
-        vocab_size=VOCAB,
-        layers=2,
-        hidden=32,
-        heads=2,
-        kv_heads=1,
-        init_scale=0.3,
-        tokenizer=tiny_tokenizer(VOCAB),
-    )
+    target = sampling_model()
     head = dflash.new_head(target, {"block_size": 3}, d2t=torch.tensor([0, 2, 4, 5, 6, 7, 8, 11]))
     drafter = dflash.DFlashDrafter(target, head)
     draft = first_draft(drafter, target, SAMPLING_PROMPT, 2, sampling)

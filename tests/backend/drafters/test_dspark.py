@@ -11,12 +11,18 @@ import pytest
 import torch
 
 from backend.core.models import matmul_weights
-from backend.core.verify import SamplingParams
 from backend.drafters import dflash, dspark, head_io
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
-from tests.helpers.sampling import SIGNIFICANCE, VOCAB, exact_joint, goodness_of_fit, sampled_joint
-from tests.helpers.tiny import tiny_llama, tiny_tokenizer
+from tests.helpers.sampling import (
+    SETTINGS,
+    SIGNIFICANCE,
+    VOCAB,
+    exact_joint,
+    goodness_of_fit,
+    sampled_joint,
+    sampling_model,
+)
 from tests.helpers.trained import (
     PROMPT,
     check_missing_states_stop_drafting,
@@ -165,23 +171,10 @@ def test_the_cost_adds_the_markov_and_confidence_heads_per_token(tiny):
     assert dspark.DSparkDrafter(tiny, head).cost().tle_per_token == pytest.approx(expected)
 
 
-@pytest.mark.parametrize(
-    "sampling",
-    [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=6, top_p=0.9)],
-    ids=["T1", "T0.7-topk6-topp0.9"],
-)
+@pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
 def test_sampling_with_the_drafter_matches_the_target(sampling):
     """Tokens drawn one by one from Markov-corrected rows, some drafts cut by confidence: still exact."""
-    target = tiny_llama(
-        seed=3,
-        vocab_size=VOCAB,
-        layers=2,
-        hidden=32,
-        heads=2,
-        kv_heads=1,
-        init_scale=0.3,
-        tokenizer=tiny_tokenizer(VOCAB),
-    )
+    target = sampling_model()
     head = with_markov_weights(dspark.new_head(target, {"block_size": 3}, d2t=torch.tensor([0, 2, 4, 5, 6, 7, 8, 11])))
     drafter = dspark.DSparkDrafter(target, with_confidence(head, 0.7), threshold=0.45)  # 0.7, then 0.49, then cut
     draft = first_draft(drafter, target, SAMPLING_PROMPT, 3, sampling)

@@ -15,6 +15,7 @@ from backend.drafters import eagle3, mtp
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 from backend.lab.prompts import encode_conversation
+from tests.helpers.sampling import sampling_model
 from tests.helpers.tiny import tiny_llama
 from tests.helpers.trained import (
     PROMPT,
@@ -32,7 +33,6 @@ from tests.helpers.trained import (
     generate,
     greedy,
     reduced_d2t,
-    sampling_model,
     self_distilled,
     short_prompts,
     train,

@@ -13,6 +13,7 @@ from backend.drafters import eagle3, mtp
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 from backend.lab.prompts import encode_conversation
+from tests.helpers.sampling import sampling_model
 from tests.helpers.tiny import tiny_llama
 from tests.helpers.trained import (
     PROMPT,
@@ -29,7 +30,6 @@ from tests.helpers.trained import (
     check_training_matches_drafting,
     greedy,
     reduced_d2t,
-    sampling_model,
     self_distilled,
     short_prompts,
     train,
