@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--category", default="code_editing", help="the suite category of the Live run's prompt")
     parser.add_argument("--width", type=int, default=1440)
     parser.add_argument("--height", type=int, default=900)
+    parser.add_argument("--timeout-s", type=int, default=600, help="the longest wait for one page or the run")
     parser.add_argument("--chart-wait-ms", type=int, default=1500, help="pause after a page settles")
     args = parser.parse_args()
     if not CHROMIUM.exists():
@@ -112,23 +113,24 @@ def main() -> None:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport={"width": args.width, "height": args.height})
-                page.set_default_timeout(600_000)
+                page.set_default_timeout(args.timeout_s * 1000)
                 page.goto(url)
                 links = page.locator(NAV_LINKS)
-                links.first.wait_for()
+                links.filter(has_text="Live").first.wait_for()  # the titled pages, not the folder's file names
+                settle(page, 300)
                 titles = links.evaluate_all(LINK_TITLES)
                 for index, title in enumerate(titles):
                     links.nth(index).click()
                     settle(page, args.chart_wait_ms)
                     path = args.out / f"{slug(title)}.png"
                     page.screenshot(path=str(path))
-                    print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {title}")
+                    print(f"{path}: {title}", flush=True)
                 links.nth(titles.index("Live")).click()
                 settle(page, 300)
                 prompt = run_live_prompt(page, args.category, args.chart_wait_ms)
                 path = args.out / "live_run.png"
                 page.screenshot(path=str(path))
-                print(f"{path}: a Live run of {prompt[:60]!r}")
+                print(f"{path}: a Live run of {prompt[:60]!r}", flush=True)
                 browser.close()
         finally:
             if server is not None:

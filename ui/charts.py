@@ -108,7 +108,9 @@ def histogram_figure(histograms: dict[str, list[int]], drafters: dict[str, str] 
                 name=label,
                 x=list(range(len(counts))),
                 y=counts,
-                marker=dict(color=drafter_colour(name), pattern_shape=REPEAT_PATTERNS[repeat % len(REPEAT_PATTERNS)]),
+                marker=dict(
+                    color=drafter_colour(name), pattern=dict(shape=REPEAT_PATTERNS[repeat % len(REPEAT_PATTERNS)])
+                ),
                 hovertemplate=f"{label}<br>%{{x}} drafts accepted: %{{y:,}} steps<extra></extra>",
             )
         )
