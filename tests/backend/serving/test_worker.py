@@ -41,6 +41,7 @@ def stream(worker, path: str, body: dict, headers: dict | None = None) -> list[d
 def test_health_and_models(worker, tiny_folder):
     health = httpx.get(worker.url + "/health").json()
     assert health["status"] == "ready" and tiny_folder in health["loaded"]
+    assert health["loading_label"] == tiny_folder  # what the dashboard's loading message names
     models = httpx.get(worker.url + "/models").json()
     [target] = models["targets"]
     assert target["spec"] == tiny_folder and target["facts"]["G"] == 2 and target["facts"]["num_layers"] == 4
