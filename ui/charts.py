@@ -262,34 +262,43 @@ def matched_figure(rows: list[dict]) -> go.Figure:
 
 
 def codesign_figure(report: dict) -> go.Figure:
-    """The seed article's predicted speedup AL(D) / (1 + ρD) next to the measured one, by D, at B = 1."""
-    lengths = sorted(report["predicted"], key=int)
+    """The seed article's predicted speedup AL(D) / (1 + ρD) next to the measured one, by measured D at
+    B = 1, with grey lines at the rules' D (the suggested D and the ladder) that fall inside the measured
+    range. Ticks only at whole D: the measured ones and the marked ones."""
+    lengths = sorted(int(d) for d in report["predicted"])
+    marked = sorted({report["d_suggested"], *report["d_ladder"]} & set(range(lengths[0], lengths[-1] + 1)))
     figure = go.Figure(
         [
             go.Scatter(
                 name="predicted AL(D) / (1 + ρ·D)",
-                x=[int(d) for d in lengths],
-                y=[report["predicted"][d] for d in lengths],
+                x=lengths,
+                y=[report["predicted"][str(d)] for d in lengths],
                 mode="lines+markers",
                 line=dict(dash="dash"),
             ),
             go.Scatter(
                 name="measured (throughput / plain)",
-                x=[int(d) for d in lengths],
-                y=[report["measured"][d] for d in lengths],
+                x=lengths,
+                y=[report["measured"][str(d)] for d in lengths],
                 mode="lines+markers",
             ),
         ]
     )
     figure.add_hline(y=1.0, line_dash="dot", line_color="gray")
-    for ladder_d in report["d_ladder"]:
-        figure.add_vline(x=ladder_d, line_color="#bbbbbb", line_width=1)
+    for rule_d in marked:
+        figure.add_vline(x=rule_d, line_color="#bbbbbb", line_width=1)
     figure.update_layout(
-        height=340,
-        margin=dict(l=10, r=10, t=30, b=10),
-        xaxis_title="draft length D",
-        title=f"speedup at batch size 1 ({report['drafter']}, ρ = {report['rho']:.3f}); grey lines: the D ladder",
+        height=380,
+        margin=dict(l=10, r=10, t=80, b=10),
+        title=dict(text=f"speedup at batch size 1 ({report['drafter']}, ρ = {report['rho']:.3f})", y=0.97),
+        xaxis=dict(
+            title="draft length D",
+            tickmode="array",
+            tickvals=sorted({*lengths, *marked}),
+            tickformat="d",
+            range=[lengths[0] - 0.5, lengths[-1] + 0.5],
+        ),
         yaxis_title="speedup over plain decoding",
-        legend=dict(orientation="h"),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
     )
     return figure

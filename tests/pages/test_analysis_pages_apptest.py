@@ -56,11 +56,11 @@ def test_codesign_page_reads_the_rules_and_the_measurements(swept_env):
     at = page("pages/codesign.py").run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["G (query heads per KV head)"] == "2" and metrics["Starting D = 128/G − 1"] == "63"
-    assert "63" in at.markdown[0].value  # the ladder
-    speedups = at.dataframe[0].value
+    assert metrics["G (query heads per KV head)"] == "2" and metrics["Suggested D"] == "63"
+    assert at.markdown[1].value.endswith(": 63")  # the ladder
+    speedups = at.dataframe[2].value  # after the ladder's rungs and the KV-cache cost
     assert list(speedups["draft_len"]) == [2, 4] and (speedups["predicted"] > 0).all()
-    recommended = at.dataframe[1].value
+    recommended = at.dataframe[3].value
     assert list(recommended["batch_size"]) == [1, 2]
     assert at.get("plotly_chart")
 
