@@ -42,9 +42,10 @@ for index, column in enumerate(lane_columns):
         st.markdown(f"**Lane {index + 1}**")
         name, draft_len = DEFAULT_LANES[index]
         lanes.append(forms.drafter_input(f"cmp{index}", models, default=name, default_len=draft_len))
-run = st.button("Run all lanes", type="primary", key="cmp_run")
+run = st.button("Run all lanes", type="primary", key="cmp_run", disabled=sampling is None)
 st.button("Stop", key="cmp_stop", help="Stops every lane: the stream closes and the worker cancels the job.")
 status = st.empty()
+view = forms.output_view("cmp")
 outputs = [column.empty() for column in st.columns(int(lane_count))]
 
 if run:
@@ -63,7 +64,7 @@ if run:
                 state["lanes"][record["lane"]]["steps"].append(record)
                 if time.perf_counter() - shown_at > 0.1:
                     for slot, lane in zip(outputs, state["lanes"], strict=False):
-                        slot.html(tokens.steps_html(lane["steps"]))
+                        slot.html(tokens.output_html(lane["steps"], view))
                     shown_at = time.perf_counter()
             elif kind == "summary":
                 state["lanes"][record["lane"]]["summary"] = record
@@ -77,7 +78,8 @@ if state:
     for index, (slot, lane) in enumerate(zip(outputs, state["lanes"], strict=False)):
         spec = lane["spec"]
         slot.html(
-            f"<b>Lane {index + 1}: {spec['drafter']} · D={spec['draft_len']}</b>" + tokens.steps_html(lane["steps"])
+            f"<b>Lane {index + 1}: {spec['drafter']} · D={spec['draft_len']}</b>"
+            + tokens.output_html(lane["steps"], view, (lane["summary"] or {}).get("text"))
         )
     rows = []
     for index, lane in enumerate(state["lanes"]):

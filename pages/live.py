@@ -57,13 +57,14 @@ def show_stored_run(run: dict) -> None:
     st.caption(" / ".join(run["turns"])[:300])
     shown = st.slider("Step", 0, len(steps), len(steps), key="live_replay_step") if steps else 0
     play = st.button("Play from the start")
+    view = forms.output_view("live")
     output, right = st.empty(), st.container()
     slots = right.columns(4)
     if play:
         for count in range(1, len(steps) + 1):
-            output.html(tokens.LEGEND + tokens.steps_html(steps[:count]))
+            output.html(tokens.output_html(steps[:count], view))
             time.sleep(0.04)
-    output.html(tokens.LEGEND + tokens.steps_html(steps[:shown]))
+    output.html(tokens.output_html(steps[:shown], view, run.get("output_text") if shown == len(steps) else None))
     show_metrics(
         slots,
         running_figures(steps[:shown]),
@@ -95,7 +96,7 @@ with left:
         drafter = forms.drafter_input("live", models)
     sampling = forms.sampling_input("live")
     run_column, stop_column = st.columns(2)
-    run = run_column.button("Run", type="primary", key="live_run", width="stretch")
+    run = run_column.button("Run", type="primary", key="live_run", width="stretch", disabled=sampling is None)
     stop_column.button(
         "Stop",
         key="live_stop",
@@ -104,6 +105,7 @@ with left:
     )
     status = st.empty()
     described = st.empty()
+    view = forms.output_view("live")
     output = st.empty()
 with right:
     metric_slots = [column.empty() for column in st.columns(2) for _ in range(2)]
@@ -130,7 +132,7 @@ if run:
             elif kind == "step":
                 last["steps"].append(record)
                 if time.perf_counter() - shown_at > 0.08 or len(last["steps"]) == 1:
-                    output.html(tokens.LEGEND + tokens.steps_html(last["steps"]))
+                    output.html(tokens.output_html(last["steps"], view))
                     show_metrics(metric_slots, record["running"], None)
                     shown_at = time.perf_counter()
             elif kind == "summary":
@@ -149,7 +151,7 @@ if last:
         described.caption(describe(last["start"]))
     steps = last["steps"]
     if steps:
-        output.html(tokens.LEGEND + tokens.steps_html(steps))
+        output.html(tokens.output_html(steps, view, (last["summary"] or {}).get("text")))
         show_metrics(metric_slots, running_figures(steps), last["summary"])
         show_charts(chart_slots, steps)
     if last["summary"]:
@@ -159,4 +161,4 @@ if last:
             f"measured ρ {summary['rho'] or 0:.3f} · finish: {summary['finish_reason']}"
         )
 else:
-    output.html(tokens.LEGEND + tokens.STYLE + '<div class="ss-out">Press Run to decode.</div>')
+    output.html(tokens.output_html([], view, empty="Press Run to decode."))

@@ -39,6 +39,7 @@ from backend.core.models import DEFAULT_SPEC, config_facts, model_label
 from backend.core.policy import MAX_DRAFT_LEN, make_policy
 from backend.core.verify import SamplingParams
 from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_options, available_drafters
+from backend.drafters.shipped import drafter_card
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
 from backend.lab.store import RunStore
@@ -296,6 +297,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                     "defaults": defaults,
                     "available": name in available,
                     "weights": available.get(name),
+                    "card": drafter_card(available.get(name)),  # training summary and model card of those weights
                     "summary": REGISTRY[name].summary if name in REGISTRY else "plain decoding (no drafter)",
                     "trained": name in REGISTRY and REGISTRY[name].trained,
                     "options": [info.to_dict() for info in REGISTRY[name].option_infos()] if name in REGISTRY else [],
