@@ -21,7 +21,15 @@ page = st.navigation(
     ]
 )
 with st.sidebar:
-    st.caption(
+    worker_line = st.empty()
+
+
+def show_worker(health: dict) -> None:
+    worker_line.caption(
         f"worker {worker.url} · {', '.join(health['loaded']) or 'no model loaded'} · queue {health['queue_length']}"
     )
+
+
+show_worker(health)
 page.run()
+show_worker(connection.current_health(worker, health))  # again: a job stopped meanwhile has left the queue
