@@ -169,19 +169,19 @@ if last:
     steps = last["steps"]
     if steps:
         output.html(tokens.LEGEND + tokens.steps_html(steps))
-        summary = last["summary"] or {}
-        note = run_status.baseline_note(summary) if summary else None
-        show_metrics(metric_slots, running_figures(steps), summary.get("speedup"), note)
+        finished = last["summary"] or {}
+        note = run_status.baseline_note(finished) if finished else None
+        show_metrics(metric_slots, running_figures(steps), finished.get("speedup"), note)
         show_charts(chart_slots, steps)
     if last["summary"]:
-        summary = last["summary"]
+        finished = last["summary"]
         status.caption(
-            f"{summary['new_tokens']} tokens · {summary['target_forwards']} target forwards · "
-            f"measured ρ {summary['rho'] or 0:.3f} · finish: {summary['finish_reason']}"
+            f"{finished['new_tokens']} tokens · {finished['target_forwards']} target forwards · "
+            f"measured ρ {finished['rho'] or 0:.3f} · finish: {finished['finish_reason']}"
         )
         with checks.container():
-            st.caption(run_status.baseline_note(summary))
-            verdict = run_status.identity_note(summary.get("identity"))
+            st.caption(run_status.baseline_note(finished))
+            verdict = run_status.identity_note(finished.get("identity"))
             if verdict:
                 getattr(st, verdict[0])(verdict[1])
 else:

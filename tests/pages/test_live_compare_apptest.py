@@ -33,6 +33,12 @@ def live_run(drafter: str, draft_len: int | str, max_new: int = 30) -> AppTest:
     return at
 
 
+def cut_short(at: AppTest) -> None:
+    """The state a stream leaves when the script is ended midway: its mark, and no summary yet."""
+    at.session_state["live_streaming"] = True
+    at.session_state["live_last"]["summary"] = None
+
+
 def test_live_says_when_and_how_plain_decoding_was_measured_and_that_the_output_matches_it(worker_env):
     at = live_run("ngram", 4)
     text = captions(at)
@@ -52,7 +58,7 @@ def test_live_says_how_warm_the_suffix_tree_was(worker_env):
 
 def test_a_stream_cut_short_by_a_rerun_is_said_to_be_interrupted(worker_env):
     at = live_run("ngram", 4, max_new=8)
-    at.session_state["live_streaming"] = True  # the mark a stream leaves when a rerun ends it midway
+    cut_short(at)
     at.run()
     assert not at.exception
     assert at.warning[0].value == run_status.INTERRUPTED
@@ -61,7 +67,7 @@ def test_a_stream_cut_short_by_a_rerun_is_said_to_be_interrupted(worker_env):
 
 def test_the_stop_button_says_stopped_not_interrupted(worker_env):
     at = live_run("ngram", 4, max_new=8)
-    at.session_state["live_streaming"] = True
+    cut_short(at)
     at.button(key="live_stop").click().run()
     assert at.warning[0].value == run_status.STOPPED
 
