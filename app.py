@@ -20,16 +20,16 @@ page = st.navigation(
         st.Page("pages/history.py", title="History", icon="🗂️"),
     ]
 )
+
+
+@st.fragment(run_every=3.0)
+def worker_line() -> None:
+    """The worker and its queue, read again every few seconds without rerunning the page (so a job
+    stopped a moment ago is seen to leave the queue, and a running stream is never interrupted)."""
+    now = connection.current_health(worker, health)
+    st.caption(f"worker {worker.url} · {', '.join(now['loaded']) or 'no model loaded'} · queue {now['queue_length']}")
+
+
 with st.sidebar:
-    worker_line = st.empty()
-
-
-def show_worker(health: dict) -> None:
-    worker_line.caption(
-        f"worker {worker.url} · {', '.join(health['loaded']) or 'no model loaded'} · queue {health['queue_length']}"
-    )
-
-
-show_worker(health)
+    worker_line()
 page.run()
-show_worker(connection.current_health(worker, health))  # again: a job stopped meanwhile has left the queue

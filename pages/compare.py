@@ -24,15 +24,14 @@ except WorkerError as error:
     st.stop()
 
 DEFAULT_LANES = [("suffix", "auto"), ("ngram", 4), ("ngram", 8), ("suffix", 8)]
+# the numbers are formatted here, so the table shows what a person reads whatever the grid does
 SUMMARY_COLUMNS = {
-    "AL": st.column_config.NumberColumn("AL", format="%.2f", help="mean acceptance length: accepted drafts + 1"),
-    "acceptance rate": st.column_config.NumberColumn(format="percent"),
-    "tokens/s": st.column_config.NumberColumn(format="%.1f"),
-    "speedup vs plain": st.column_config.NumberColumn(
-        format="%.2fx", help="tokens/s over plain decoding of the same prompt, measured in the same job"
+    "AL": st.column_config.TextColumn(help="mean acceptance length: accepted drafts + 1 per step"),
+    "acceptance rate": st.column_config.TextColumn(help="accepted drafts / drafted tokens"),
+    "speedup vs plain": st.column_config.TextColumn(
+        help="tokens/s over plain decoding of the same prompt, measured in the same job"
     ),
-    "draft overhead": st.column_config.NumberColumn(format="%.3f", help="drafting time / verification time"),
-    "target forwards": st.column_config.NumberColumn(format="%d"),
+    "draft overhead": st.column_config.TextColumn(help="drafting time / verification time"),
 }
 
 prompt = forms.prompt_input("cmp")
@@ -113,11 +112,11 @@ if state:
                     "lane": index + 1,
                     "drafter": lane["spec"]["drafter"],
                     "D": str(lane["spec"]["draft_len"]),
-                    "AL": summary["al"],
-                    "acceptance rate": summary["acceptance_rate"],
-                    "tokens/s": summary["tokens_per_s"],
-                    "speedup vs plain": summary["speedup"],
-                    "draft overhead": summary["draft_overhead"],
+                    "AL": f"{summary['al']:.2f}",
+                    "acceptance rate": f"{100 * summary['acceptance_rate']:.1f}%",
+                    "tokens/s": f"{summary['tokens_per_s']:.1f}",
+                    "speedup vs plain": run_status.speedup_text(summary["speedup"]),
+                    "draft overhead": f"{summary['draft_overhead']:.3f}",
                     "target forwards": summary["target_forwards"],
                     "same tokens as plain": run_status.identity_cell(summary.get("identity")),
                     "drafter memory at start": run_status.memory_cell(lane["start"]),
