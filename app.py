@@ -20,8 +20,16 @@ page = st.navigation(
 )
 worker = connection.client()
 health = connection.wait_until_ready(worker)
+
+
+@st.fragment(run_every=3.0)
+def worker_line() -> None:
+    """The worker and its queue, read again every few seconds without rerunning the page (so a job
+    stopped a moment ago is seen to leave the queue, and a running stream is never interrupted)."""
+    now = connection.current_health(worker, health)
+    st.caption(f"worker {worker.url} · {', '.join(now['loaded']) or 'no model loaded'} · queue {now['queue_length']}")
+
+
 with st.sidebar:
-    st.caption(
-        f"worker {worker.url} · {', '.join(health['loaded']) or 'no model loaded'} · queue {health['queue_length']}"
-    )
+    worker_line()
 page.run()

@@ -86,6 +86,14 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
         time.sleep(0.5)
 
 
+def current_health(worker: WorkerClient, known: dict) -> dict:
+    """The worker's health now, else what was `known` (a worker that stopped answering says so elsewhere)."""
+    try:
+        return worker.health()
+    except WorkerError:
+        return known
+
+
 def show_progress(slot, record: dict) -> bool:
     """Show a waiting / loading / baseline record in `slot`; False for any other record type."""
     kind = record["type"]
@@ -94,7 +102,10 @@ def show_progress(slot, record: dict) -> bool:
     elif kind == "loading":
         slot.info(f"Loading {record['spec']}…")
     elif kind == "baseline":
-        slot.caption(f"plain decoding of this prompt: {record['tokens_per_s']:.1f} tokens/s")
+        slot.caption(
+            f"plain decoding of this prompt, measured in this job ({record.get('how', 'plain')}): "
+            f"{record['tokens_per_s']:.1f} tokens/s"
+        )
     else:
         return False
     return True

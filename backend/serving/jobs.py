@@ -79,8 +79,10 @@ class Scheduler:
 
     @property
     def queue_length(self) -> int:
+        """Jobs running or waiting whose client is still there (a cancelled job is on its way out)."""
         with self._wake:
-            return len(self._pending) + (self._running is not None)
+            jobs = [*self._pending, *([self._running] if self._running is not None else [])]
+            return sum(not job.cancelled.is_set() for job in jobs)
 
     async def stream(self, job: Job) -> AsyncIterator[dict]:
         """Submit the job and yield its records; report the place in line while it waits."""

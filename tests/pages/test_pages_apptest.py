@@ -84,7 +84,7 @@ def test_compare_two_lanes_gives_a_summary_table(worker_env):
     at.button(key="cmp_run").click().run()
     assert not at.exception
     table = at.dataframe[0].value
-    assert list(table["drafter"]) == ["ngram", "suffix"] and (table["AL"] >= 1).all()
+    assert list(table["drafter"]) == ["ngram", "suffix"] and (table["AL"].astype(float) >= 1).all()
     assert len(at.get("plotly_chart")) == 1
 
 
