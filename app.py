@@ -17,6 +17,7 @@ page = st.navigation(
         st.Page("pages/acceptance.py", title="Acceptance", icon="🎯"),
         st.Page("pages/pareto.py", title="Pareto", icon="📈"),
         st.Page("pages/codesign.py", title="Co-design", icon="📐"),
+        st.Page("pages/sweep.py", title="Sweep", icon=":material/tune:"),
         st.Page("pages/history.py", title="History", icon="🗂️"),
     ]
 )
