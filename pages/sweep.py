@@ -169,16 +169,13 @@ def progress() -> None:
         return
     if running:  # it finished while this fragment was polling: redraw the page without polling
         st.rerun()
+    where = "the Pareto, Acceptance and Co-design pages (in the sidebar)"
     if state["status"] == "complete":
-        st.success(f"Sweep {(state['sweep_id'] or '')[:8]} stored: its points are on the pages below.")
+        st.success(f"Sweep {(state['sweep_id'] or '')[:8]} stored: its points are on {where}.")
     elif state["status"] == "cancelled":
-        st.warning("Sweep cancelled: the configurations it finished are stored.")
+        st.warning(f"Sweep cancelled: the configurations it finished are stored and shown on {where}.")
     else:
         st.error(f"The sweep failed: {state['error']}")
-    links = st.columns(3)
-    links[0].page_link("pages/pareto.py", label="Pareto")
-    links[1].page_link("pages/acceptance.py", label="Acceptance")
-    links[2].page_link("pages/codesign.py", label="Co-design")
 
 
 if job is not None:

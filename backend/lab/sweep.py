@@ -190,7 +190,7 @@ def check_option_values(drafters: Sequence[str], option_values: Mapping[str, Seq
         if not values:
             raise SpecScopeError(f"option '{key}' needs at least one value")
         try:
-            checked[key] = [infos[key].parse(v) if isinstance(v, str) else infos[key].check(v) for v in values]
+            checked[key] = [infos[key].parse(str(value)) for value in values]  # 2.0 is no int
         except ValueError as error:
             raise SpecScopeError(str(error)) from error
     return checked

@@ -87,7 +87,7 @@ def test_a_sweep_from_the_browser_shows_progress_and_lands_on_pareto(browser_pag
     bar = page.locator(PROGRESS).first
     bar.wait_for()
     seen = []
-    done = page.get_by_text("stored: its points are on the pages below")
+    done = page.get_by_text("stored: its points are on the Pareto")
     while done.count() == 0:
         value = bar.get_attribute("aria-valuenow") if bar.count() else None
         if value is not None and (not seen or seen[-1] != value):
