@@ -17,6 +17,7 @@ No endpoint takes SQL. This module is routes and validation; the work is in disp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import ipaddress
@@ -512,8 +513,15 @@ def serve(host: str, port: int, settings: WorkerSettings) -> None:
         )
     app = create_app(settings)
     store_path = app.state.store.path
-    discovery.publish(store_path, f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}")
-    try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
-    finally:
-        discovery.withdraw(store_path)
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+
+    @contextlib.asynccontextmanager
+    async def published(_app):  # the URL file lives as long as the server (a SIGTERM shuts it down first)
+        discovery.publish(store_path, url)
+        try:
+            yield
+        finally:
+            discovery.withdraw(store_path)
+
+    app.router.lifespan_context = published
+    uvicorn.run(app, host=host, port=port, log_level="warning")
