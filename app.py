@@ -15,6 +15,7 @@ page = st.navigation(
         st.Page("pages/acceptance.py", title="Acceptance", icon=":material/task_alt:"),
         st.Page("pages/pareto.py", title="Pareto", icon=":material/scatter_plot:"),
         st.Page("pages/codesign.py", title="Co-design", icon=":material/architecture:"),
+        st.Page("pages/sweep.py", title="Sweep", icon=":material/tune:"),
         st.Page("pages/history.py", title="History", icon=":material/history:"),
     ]
 )

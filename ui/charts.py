@@ -197,10 +197,27 @@ PARETO_HOVER = (
 )
 
 
-def pareto_figure(points: list[dict], frontier: list[dict]) -> go.Figure:
+def pareto_figure(points: list[dict], frontier: list[dict], reference: list[dict] = ()) -> go.Figure:
     """Throughput (tokens/s across the batch) against interactivity (tokens/s per user), a marker per
-    configuration coloured by drafter and labelled B; the Pareto frontier drawn as a line over them."""
+    configuration coloured by drafter and labelled B; the Pareto frontier drawn as a line over them.
+    `reference` points (the shipped reference sweep) are overlaid as open diamonds in their own legend
+    group, never part of the frontier."""
     figure = go.Figure()
+    for drafter in sorted({p["drafter"] for p in reference}):
+        mine = [p for p in reference if p["drafter"] == drafter]
+        figure.add_trace(
+            go.Scatter(
+                name=f"{'plain (D=0)' if drafter == 'none' else drafter} (reference)",
+                legendgroup="reference",
+                legendgrouptitle_text="reference",
+                mode="markers",
+                x=[p["interactivity_tps"] for p in mine],
+                y=[p["throughput_tps"] for p in mine],
+                customdata=[[p["drafter"], str(p["draft_len"]), p["batch_size"], p["al"]] for p in mine],
+                hovertemplate="reference: " + PARETO_HOVER,
+                marker=dict(size=10, symbol="diamond-open", line=dict(width=2)),
+            )
+        )
     for drafter in sorted({p["drafter"] for p in points}):
         mine = [p for p in points if p["drafter"] == drafter]
         figure.add_trace(

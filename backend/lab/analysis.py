@@ -111,13 +111,13 @@ def recommended_d(points: Sequence[dict]) -> dict[int, str]:
 
 
 def newest_per_config(points: Sequence[dict]) -> list[dict]:
-    """One point per (drafter, D, batch size): the first seen, i.e. the newest sweep's when the points
+    """One point per (drafter, variant, D, batch size): the first seen, i.e. the newest sweep's when the points
     come newest first (as the store returns them), among the points measured on the newest point's
     path (compiled or eager), so no speedup divides one path by the other."""
     path = points[0].get("compile") if points else None
     seen, kept = set(), []
     for point in (p for p in points if p.get("compile") == path):
-        key = (point["drafter"], str(point["draft_len"]), point["batch_size"])
+        key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"])
         if key not in seen:
             seen.add(key)
             kept.append(point)

@@ -4,9 +4,11 @@ decoding as NDJSON streams, and is the only writer of the DuckDB run store.
     python -m backend worker [--host 127.0.0.1] [--port 8765] [--db FILE] [--preload default]
 
 Endpoints (OpenAPI at /docs): GET /health, GET /models, POST /generate, POST /compare, GET /runs,
-GET /runs/{run_id}, POST /sweeps (a sweep as one job), GET /sweeps, GET /sweeps/points, and the
-read-only analyses GET /aggregates/acceptance and GET /codesign. One compute job runs at a time;
-others wait in line and are told their place.
+GET /runs/{run_id}, POST /sweeps (a sweep as one job, streamed), POST /sweeps/jobs (one that runs
+on without its client: sweep_jobs.py), GET /sweeps, GET /sweeps/points, and the read-only analyses
+GET /aggregates/acceptance and GET /codesign. One compute job runs at a time; others wait in line
+and are told their place. At start it imports the reference sweep (lab/reference.py) and publishes
+its URL beside the store (discovery.py) for command lines to find.
 A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
 `Authorization: Bearer <token>`; binding to a non-loopback address without a token is refused.
 No endpoint takes SQL. This module is routes and validation; the work is in dispatch.py and live.py.
@@ -15,6 +17,7 @@ No endpoint takes SQL. This module is routes and validation; the work is in disp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import ipaddress
@@ -26,7 +29,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,8 +45,10 @@ from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_option
 from backend.drafters.shipped import drafter_card
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
-from backend.lab.store import RunStore
-from backend.serving import logs
+from backend.lab.reference import REFERENCE_DIR, import_reference, reference_labels
+from backend.lab.store import DEFAULT_KINDS, DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES, RunStore
+from backend.lab.sweep import check_option_values
+from backend.serving import discovery, logs, sweep_jobs
 from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
 from backend.serving.model_cache import ModelCache
@@ -53,6 +58,8 @@ from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, Moment
 MAX_PROMPT_CHARS = 60_000
 MAX_NEW_TOKENS = 2048
 MAX_RUNS_LISTED = 100_000
+KINDS_HELP = f"run kinds to count (default {', '.join(DEFAULT_KINDS)}; any of {', '.join(RUN_KINDS)})"
+STATUSES_HELP = f"run statuses to count (default {', '.join(DEFAULT_STATUSES)}; any of {', '.join(RUN_STATUSES)})"
 MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
 
 log = logging.getLogger(__name__)
@@ -144,7 +151,30 @@ class SweepBody(CheckedBody):
     draft_lens: list[int | str] = Field(min_length=1)
     batch_sizes: list[int] = Field(min_length=1)
     max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
+    temperatures: list[float] = Field([0.0], min_length=1, max_length=16, description="0 = greedy")
+    options: dict[str, list[int | float | str]] = Field(
+        default_factory=dict, description="drafter option -> values to sweep, e.g. {'ngram_max': [2, 3, 4]}"
+    )
     settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
+
+    @field_validator("temperatures")
+    @classmethod
+    def valid_temperatures(cls, values: list[float]) -> list[float]:
+        if any(not 0 <= t <= 10 for t in values):
+            raise ValueError("temperatures must be between 0 and 10")
+        return values
+
+    @model_validator(mode="after")
+    def valid_options(self) -> SweepBody:
+        try:
+            self.options = check_option_values(self.drafters, self.options)
+        except SpecScopeError as error:
+            raise ValueError(str(error)) from error
+        for path in self.options.get("drafter_path", []):
+            problem = name_problem(path)
+            if problem:
+                raise ValueError(f"drafter_path: {problem}")
+        return self
 
     @field_validator("drafters")
     @classmethod
@@ -182,6 +212,7 @@ class WorkerSettings(BaseModel):
     model_budget_gb: float = 4.0
     token: str | None = None
     compile: str = "auto"  # the targets' passes: auto | on | off (target_passes.py)
+    reference: str | None = str(REFERENCE_DIR)  # reference Parquet folder imported at start; None: none
     log_file: str | None = None  # default: worker.log beside the store
 
 
@@ -189,6 +220,9 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     log_file = logs.configure(Path(settings.log_file) if settings.log_file else logs.default_log_file(store.path))
     log.info("worker starting: store %s, log %s", store.path, log_file)
+    imported = import_reference(store, Path(settings.reference) if settings.reference else None)
+    if imported:
+        log.info("imported %d reference sweep(s) from %s", imported, settings.reference)
     models = ModelCache(
         int(settings.model_budget_gb * 2**30),
         settings.device,
@@ -371,11 +405,23 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         "drafter and D, pooled and per category, over every stored step",
     )
     def acceptance(
-        target: str | None = None, drafter: str | None = None, category: str | None = None, split: str | None = None
+        target: str | None = None,
+        drafter: str | None = None,
+        category: str | None = None,
+        split: str | None = None,
+        kind: Annotated[list[str] | None, Query(description=KINDS_HELP)] = None,
+        status: Annotated[list[str] | None, Query(description=STATUSES_HELP)] = None,
     ) -> dict:
-        tables = store.acceptance_tables(target, drafter, category, split)
+        for given, allowed, name in ((kind, RUN_KINDS, "kind"), (status, RUN_STATUSES, "status")):
+            if given and set(given) - set(allowed):
+                raise HTTPException(422, f"{name}: choose from {', '.join(allowed)}")
+        tables = store.acceptance_tables(target, drafter, category, split, kind, status or DEFAULT_STATUSES)
         records = [tables[name].to_dict(orient="records") for name in ("runs", "histogram", "positions")]
-        return {"pooled": acceptance_groups(*records, pool_categories=True), "by_category": acceptance_groups(*records)}
+        return {
+            "pooled": acceptance_groups(*records, pool_categories=True),
+            "by_category": acceptance_groups(*records),
+            "reference": reference_labels(store, target),
+        }
 
     config_facts_cached = functools.lru_cache(maxsize=32)(config_facts)  # "default" hashes its GGUF file
 
@@ -386,8 +432,14 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             facts = config_facts_cached(spec, settings.allow_remote_code)
         except SpecScopeError as error:
             raise HTTPException(422, str(error)) from error
-        points = store.sweep_points(target=spec).to_dict(orient="records")
-        return _clean(codesign_report(facts, [_clean(p) for p in points], drafter))
+        # the user's own sweeps; the reference where there are none (the report says so). Configurations
+        # with a variant (a temperature or options a sweep varied) are left out: the rules are about D
+        points = store.sweep_points(target=spec, reference=False)
+        labels = [] if not points.empty else reference_labels(store, spec)
+        if labels:
+            points = store.sweep_points(target=spec, reference=True)
+        cleaned = [p for p in (_clean(p) for p in points.to_dict(orient="records")) if not p.get("variant")]
+        return _clean({**codesign_report(facts, cleaned, drafter), "reference": labels[0] if labels else None})
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(
@@ -414,6 +466,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             step["index"] = step.pop("step_index")
         return {**_clean(found), "steps": steps}
 
+    app.include_router(sweep_jobs.router(scheduler, SweepBody))
     app.state.store = store
     app.state.models = models
     return app
@@ -461,4 +514,17 @@ def serve(host: str, port: int, settings: WorkerSettings) -> None:
             f"refusing to listen on {host} without a token: set SPECSCOPE_TOKEN "
             "(clients then send it as a bearer token), or bind to 127.0.0.1"
         )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    app = create_app(settings)
+    store_path = app.state.store.path
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+
+    @contextlib.asynccontextmanager
+    async def published(_app):  # the URL file lives as long as the server (a SIGTERM shuts it down first)
+        discovery.publish(store_path, url)
+        try:
+            yield
+        finally:
+            discovery.withdraw(store_path)
+
+    app.router.lifespan_context = published
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -51,7 +51,7 @@ def test_a_version_3_file_gains_the_software_columns_and_keeps_its_runs(tmp_path
     )
     db.close()
     store = RunStore(path)
-    assert store.schema_version() == 4
+    assert store.schema_version() == MIGRATIONS[-1][0]
     old = store.run("old")
     assert old["status"] == "complete" and old["specscope_version"] is None and old["git_commit"] is None
     store.start_run(run_row("new", specscope_version="0.1.0", git_commit="abc123"))
