@@ -1,14 +1,14 @@
-"""The Co-design page in a real browser (the fixtures of test_browser_e2e.py: Debian's chromium, the
+"""The Co-design page in a real browser (the browser fixtures of tests/pages/conftest.py: Debian's chromium, the
 dashboard and a worker serving the embedded default model): the default target's empty ladder is
 explained, and a what-if with 64 query heads and 8 KV heads typed by hand gives D = 15 and the ladder
 15, 31, 47, 63, with its KV-cache cost and no speedup curve."""
 
 from __future__ import annotations
 
+from tests.helpers.browser import SHOTS
 from tests.pages import test_browser_e2e as e2e
 
 pytestmark = e2e.pytestmark
-e2e_worker, dashboard, browser_page = e2e.e2e_worker, e2e.dashboard, e2e.browser_page  # its fixtures, reused
 
 
 def open_codesign(page) -> None:
@@ -42,4 +42,4 @@ def test_what_if_with_typed_heads(browser_page):
     page.get_by_text("Nothing is measured for a what-if architecture", exact=False).wait_for()
     assert page.locator(".js-plotly-plot").count() == 0
     page.get_by_text("KV-cache cost of D", exact=True).wait_for()
-    page.screenshot(path=str(e2e.SHOTS / "codesign_what_if.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / "codesign_what_if.png"), full_page=True)

@@ -9,14 +9,10 @@ import re
 
 import pytest
 
-from tests.pages.test_browser_e2e import (  # noqa: F401 - fixtures, used by name
+from tests.helpers.browser import SHOTS
+from tests.pages.test_browser_e2e import (
     FIRST_TOKEN_OF_A_NEW_RUN,
     PROMPT,
-    SHOTS,
-    browser_page,
-    dashboard,
-    e2e_worker,
-    pytestmark,
     speedup_shown,
     type_prompt,
 )

@@ -11,14 +11,10 @@ from pathlib import Path
 import pytest
 
 from backend.serving.client import WorkerClient
-from tests.pages.test_browser_e2e import (  # noqa: F401 (browser_page, dashboard, e2e_worker: fixtures)
-    CHROMIUM,
+from tests.helpers.browser import CHROMIUM, SHOTS
+from tests.pages.test_browser_e2e import (
     FIRST_TOKEN_OF_A_NEW_RUN,
     PROMPT,
-    SHOTS,
-    browser_page,
-    dashboard,
-    e2e_worker,
     speedup_shown,
     type_prompt,
 )

@@ -3,16 +3,12 @@ draw as empty boxes on a machine without an emoji font), and the toolbar offers 
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.pages.test_browser_e2e import CHROMIUM
-
-with contextlib.suppress(ImportError):  # the browser fixtures, unless tests/pages/conftest.py provides them
-    from tests.pages.test_browser_e2e import browser_page, dashboard, e2e_worker  # noqa: F401
+from tests.helpers.browser import CHROMIUM
 
 # pictographs, symbols and dingbats, geometric shapes, arrows-as-emoji, variation selector 16
 EMOJI = re.compile("[\U0001f000-\U0001faff\u2190-\u21ff\u2300-\u23ff\u25a0-\u27bf\u2b00-\u2bff\ufe0f]")
