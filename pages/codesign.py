@@ -16,6 +16,7 @@ import streamlit as st
 
 from backend.lab.architectures import ARCHITECTURES
 from backend.lab.draft_rules import DTYPE_BYTES, draft_rules, heads_problem, kv_cost, kv_lengths
+from backend.lab.hints import CODESIGN_HINT
 from backend.serving.client import WorkerError
 from ui import charts, connection, forms
 
@@ -174,10 +175,11 @@ if report is None:
 if "predicted" not in report:
     st.info(
         "No sweep with plain decoding and this drafter at batch size 1 is stored for this target, so only "
-        "the rules are shown: run `python -m backend bench sweep --drafters ngram --draft-lens 0,2,4,8 "
-        "--batch-sizes 1,4`."
+        f"the rules are shown: run `{CODESIGN_HINT}`."
     )
     st.stop()
+if report.get("reference"):
+    st.caption(f"Measured curve from the shipped {report['reference']} (nothing of your own is stored for it yet).")
 
 st.subheader("Predicted vs measured speedup")
 lengths = sorted(report["predicted"], key=int)
