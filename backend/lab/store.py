@@ -348,27 +348,6 @@ class RunStore:
         with self._lock:
             return self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY turn, step_index", [run_id]).df()
 
-    def baseline_tokens_per_s(
-        self,
-        target_fingerprint: str,
-        turns: list[str],
-        max_new_tokens: int,
-        temperature: float,
-        device: str,
-        compile: str,
-    ) -> float | None:
-        """Tokens/s of the newest complete plain run (D = 0) of the same prompt and settings."""
-        with self._lock:
-            row = self._db.execute(
-                """SELECT tokens_per_s FROM runs
-                   WHERE status = 'complete' AND draft_len = '0' AND kind <> 'sweep' AND target_fingerprint = ?
-                     AND turns = ?::JSON
-                     AND max_new_tokens = ? AND temperature = ? AND device = ? AND compile = ?
-                   ORDER BY created_at DESC LIMIT 1""",
-                [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device, compile],
-            ).fetchone()
-        return row[0] if row else None
-
     def acceptance_tables(
         self,
         target: str | None = None,

@@ -112,7 +112,7 @@ class PromptFields(CheckedBody):
     top_k: int = Field(0, ge=0, le=INT32_MAX)
     seed: int = Field(0, description="any 64-bit integer")
     stop: list[str] = []
-    baseline: bool = Field(True, description="also measure (or reuse) plain decoding of this prompt for speedup")
+    baseline: bool = Field(True, description="decode the prompt plainly in the same job too, for the speedup")
     question_id: str | None = None
     category: str | None = None
 
