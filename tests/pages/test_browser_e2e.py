@@ -108,6 +108,9 @@ def test_compare_two_drafters(browser_page):
     page.get_by_role("link", name="Compare").click()
     page.get_by_text("Compare drafters").wait_for()
     type_prompt(page, PROMPT)
+    max_new = page.get_by_label("Max new tokens", exact=True).first  # each lane and the job's plain run decode it
+    max_new.fill("48")
+    max_new.press("Enter")
     page.get_by_role("button", name="Run all lanes").click()
     page.get_by_text("Summary").wait_for()
     page.locator(".js-plotly-plot").first.wait_for()
