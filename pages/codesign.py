@@ -1,4 +1,4 @@
-"""Co-design: the seed article's draft-length rules (G, D = 128/G - 1 as a whole D, the ladder where
+"""Co-design: the draft-length rules (G, D = 128/G - 1 as a whole D, the ladder where
 G x (1 + D) fills 128-wide tiles, and why the ladder is empty when it is), the KV-cache cost of D, and,
 for a target with stored sweeps, the predicted speedup AL(D)/(1 + ρD) drawn with the measured one, the
 best D per batch size and the choice exported as vLLM, SGLang and TensorRT-LLM settings.

@@ -19,7 +19,11 @@ st.title("Live speculative decoding")
 
 
 def show_metrics(slots, running: dict, speedup: float | None, speedup_note: str | None = None) -> None:
-    slots[0].metric("AL (mean acceptance length)", f"{running['al']:.2f}")
+    slots[0].metric(
+        "AL",
+        f"{running['al']:.2f}",
+        help="mean acceptance length: 1 + accepted drafts per drafting step (bonus token included, as vLLM counts)",
+    )
     slots[1].metric("Acceptance rate", f"{100 * running['acceptance_rate']:.1f}%")
     slots[2].metric("Tokens/s", f"{running['tokens_per_s']:.1f}")
     slots[3].metric(

@@ -279,7 +279,7 @@ def matched_figure(rows: list[dict]) -> go.Figure:
 
 
 def codesign_figure(report: dict) -> go.Figure:
-    """The seed article's predicted speedup AL(D) / (1 + ρD) next to the measured one, by measured D at
+    """The predicted speedup AL(D) / (1 + ρD) next to the measured one, by measured D at
     B = 1, with grey lines at the rules' D (the suggested D and the ladder) that fall inside the measured
     range. Ticks only at whole D: the measured ones and the marked ones."""
     lengths = sorted(int(d) for d in report["predicted"])

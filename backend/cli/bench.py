@@ -395,12 +395,19 @@ def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
 
 
 def format_codesign(report: dict) -> str:
-    ladder = ", ".join(map(str, report["d_ladder"])) or "none up to 64"
+    ladder = ", ".join(map(str, report["d_ladder"])) or f"none up to {report['ladder_cap']}"
     lines = [
         f"G = {report['num_attention_heads']} query heads / {report['num_key_value_heads']} KV heads = {report['G']:g}",
-        f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}",
+        f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}, "
+        f"suggested D = {report['d_suggested']} ({report['rounding']})",
         f"D with G x (1 + D) a multiple of 128: {ladder}",
     ]
+    if report["ladder_note"]:
+        lines.append(report["ladder_note"])
+        lines.append(
+            "nearest widths: "
+            + ", ".join(f"D = {r['D']} ({100 * r['fill']:.0f}% of {r['tiles']} tiles)" for r in report["rungs"])
+        )
     if "measured" in report:
         lines += [
             "",

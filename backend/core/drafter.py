@@ -40,8 +40,8 @@ from backend.core.verify import SamplingParams
 @dataclass(frozen=True)
 class DrafterCost:
     """Nominal cost of drafting one token in target-layer equivalents (TLE: the matmul weights of one
-    target decoder layer), and as a fraction of a whole target forward, layers plus LM head (ρ in the
-    seed article). The engine measures the real ρ from timings; this is the paper-and-pencil figure."""
+    target decoder layer), and as a fraction of a whole target forward, layers plus LM head (ρ in
+    speedup ≈ AL / (1 + ρD)). The engine measures the real ρ from timings; this is the paper-and-pencil figure."""
 
     tle_per_token: float
     target_tle_per_forward: float

@@ -52,7 +52,7 @@ class ModelFacts:
 
     @property
     def query_heads_per_kv_head(self) -> int:
-        """G in the seed article: query heads sharing one KV head."""
+        """G: query heads sharing one KV head."""
         return self.num_attention_heads // self.num_key_value_heads
 
     def to_dict(self) -> dict:

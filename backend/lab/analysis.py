@@ -1,5 +1,5 @@
 """Analysis of measured points: bootstrap confidence intervals for AL, the throughput-interactivity
-Pareto frontier, interpolation at matched interactivity, and the seed article's draft-length rules
+Pareto frontier, interpolation at matched interactivity, and the draft-length rules
 (D = 128/G - 1, the ladder where G x (1 + D) fills 128-wide attention tiles, speedup AL/(1 + ρD)).
 
 Pure functions on numbers and dicts; knows nothing about models, the store or the UI.
@@ -14,7 +14,7 @@ import numpy as np
 
 from backend.core.metrics import AcceptanceCounter, acceptance_length
 
-TILE = 128  # attention-kernel tile width in the seed article's rule
+TILE = 128  # attention-kernel tile width in the rule D = 128/G - 1
 
 
 def bootstrap_al_ci(
@@ -85,7 +85,7 @@ def matched_interactivity(baseline: Sequence[dict], speculative: Sequence[dict],
 
 
 def d_start(num_attention_heads: int, num_key_value_heads: int) -> float:
-    """The seed article's starting draft length where attention dominates: D = 128/G - 1."""
+    """The starting draft length where attention dominates: D = 128/G - 1."""
     return TILE / (num_attention_heads / num_key_value_heads) - 1
 
 
@@ -96,7 +96,7 @@ def d_ladder(num_attention_heads: int, num_key_value_heads: int, up_to: int = 64
 
 
 def predicted_speedup(al: float, rho: float, draft_len: int) -> float:
-    """The seed article's low-latency estimate: speedup ~ AL / (1 + ρ·D) (verification taken as free)."""
+    """The low-latency estimate: speedup ~ AL / (1 + ρ·D) (verification taken as free)."""
     return al / (1 + rho * draft_len)
 
 

@@ -1,4 +1,4 @@
-"""The co-design analysis: the seed article's draft-length rules for a target, next to what was
+"""The co-design analysis: the draft-length rules (D = 128/G - 1 and its tile ladder) for a target, next to what was
 measured for it, and the chosen drafter and D written out for vLLM, SGLang and TensorRT-LLM.
 
     G        = query heads per KV head (from the target's config)

@@ -1,5 +1,5 @@
-"""The seed article's draft-length rules turned into integers a user can set, and the KV-cache cost of a
-draft length it warns about.
+"""The draft-length rules (D = 128/G - 1, the 128-row tile ladder) turned into integers a user can set,
+and the KV-cache cost a draft length adds.
 
     G          = query heads per KV head
     D_suggested = floor(128 / G) - 1        the largest D with G x (1 + D) <= 128: one 128-row tile
