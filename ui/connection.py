@@ -1,5 +1,7 @@
-"""Finding the worker: SPECSCOPE_WORKER_URL when it answers, else a worker this app starts itself
-(`python -m backend worker` on a free loopback port, stopped when the app exits). Waiting for it
+"""Finding the worker: SPECSCOPE_WORKER_URL when it answers, else the running worker that holds the default
+store (the URL it publishes beside the store: a second dashboard shares it instead of failing on the
+store's lock), else a worker this app starts itself (`python -m backend worker` on a free loopback port,
+stopped when the app exits). Waiting for it
 shows progress while the model loads; problems become a message that says what to do."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from backend.serving.client import WorkerClient, WorkerError
+from backend.serving.discovery import published_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +50,13 @@ def client() -> WorkerClient:
             return candidate
         except WorkerError:
             st.toast(f"No worker answers at {configured}; starting a local one.")
+    running = published_url()
+    if running:
+        try:
+            _client_for(running).health()
+            return _client_for(running)
+        except WorkerError:
+            pass  # it published its URL but does not answer (yet, or any more): start our own
     return _client_for(_start_local_worker())
 
 

@@ -12,7 +12,7 @@ from ui import tokens
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
-MAX_NEW_TOKENS = 2048  # the worker's bound on max_new_tokens (backend/serving/worker.py; a test checks they agree)
+MAX_NEW_TOKENS = 2048  # the worker's bound on max_new_tokens (backend/serving/bodies.py; a test checks they agree)
 MAX_SEED = 2**31 - 1
 
 

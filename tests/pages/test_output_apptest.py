@@ -31,7 +31,7 @@ def html_of(at: AppTest) -> str:
 
 
 def test_the_page_limit_on_max_new_tokens_is_the_workers():
-    from backend.serving.worker import MAX_NEW_TOKENS
+    from backend.serving.bodies import MAX_NEW_TOKENS
 
     assert forms.MAX_NEW_TOKENS == MAX_NEW_TOKENS
 
