@@ -135,11 +135,10 @@ if state:
                 getattr(st, verdict[0])(f"Lane {index + 1}: {verdict[1]}")
         if any((lane["start"] or {}).get("memory") for lane in state["lanes"]):
             st.caption(run_status.MEMORY_POLICY)
-        histograms = {
-            f"{i + 1}: {lane['spec']['drafter']} D={lane['spec']['draft_len']}": charts.accepted_histogram(
-                lane["steps"]
-            )
+        shown = [
+            (f"{i + 1}: {lane['spec']['drafter']} D={lane['spec']['draft_len']}", lane)
             for i, lane in enumerate(state["lanes"])
             if lane["steps"]
-        }
-        st.plotly_chart(charts.histogram_figure(histograms))
+        ]
+        histograms = {label: charts.accepted_histogram(lane["steps"]) for label, lane in shown}
+        st.plotly_chart(charts.histogram_figure(histograms, {label: lane["spec"]["drafter"] for label, lane in shown}))

@@ -34,9 +34,10 @@ def show_metrics(slots, running: dict, speedup: float | None, speedup_note: str 
     )
 
 
-def show_charts(slots, steps: list[dict]) -> None:
+def show_charts(slots, steps: list[dict], drafter: str | None) -> None:
     slots[0].plotly_chart(charts.step_times_figure(steps))
-    slots[1].plotly_chart(charts.histogram_figure({"this run": charts.accepted_histogram(steps)}))
+    histogram = {"this run": charts.accepted_histogram(steps)}
+    slots[1].plotly_chart(charts.histogram_figure(histogram, {"this run": drafter} if drafter else None))
 
 
 def describe(start: dict) -> str:
@@ -96,7 +97,7 @@ def show_stored_run(run: dict) -> None:
     if note:
         right.caption(note)
     if steps:
-        show_charts(st.columns(2), steps[:shown])
+        show_charts(st.columns(2), steps[:shown], run.get("drafter"))
 
 
 ended_before = run_status.previous_stream_end("live")  # how the last stream ended, if cut short
@@ -178,7 +179,7 @@ if last:
         finished = last["summary"] or {}
         note = run_status.baseline_note(finished) if finished else None
         show_metrics(metric_slots, running_figures(steps), finished.get("speedup"), note)
-        show_charts(chart_slots, steps)
+        show_charts(chart_slots, steps, (last["start"] or {}).get("drafter"))
     if last["summary"]:
         finished = last["summary"]
         status.caption(
