@@ -12,13 +12,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
-
-import pytest
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite
 from backend.serving.client import WorkerClient
-from tests.helpers.browser import CHROMIUM, SHOTS
+from tests.helpers.browser import BROWSER_TEST, SHOTS
 
 PROMPT = next(q for q in load_suite(DEFAULT_SUITE) if q.category == "code_editing").turns[0]
 
@@ -35,12 +32,7 @@ def speedup_shown(page):
     return page.locator('[data-testid="stMetricValue"]', has_text=re.compile(r"^\s*\d+\.\d\dx\s*$"))
 
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 def type_prompt(page, text: str) -> None:

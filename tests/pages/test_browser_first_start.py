@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.browser import CHROMIUM, SHOTS
+from tests.helpers.browser import BROWSER_TEST, SHOTS
 from tests.helpers.workers import ROOT, WorkerProcess
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
-    ),
-]
+pytestmark = BROWSER_TEST
 
 # the Pareto chart's traces (plotly keeps them on its element): points of the user's own and of the reference
 POINTS = """(chart, reference) => chart.data

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers.browser import SHOTS
+from tests.helpers.browser import BROWSER_TEST, SHOTS
 from tests.pages.test_browser_e2e import (
     FIRST_TOKEN_OF_A_NEW_RUN,
     PROMPT,
@@ -17,6 +17,8 @@ from tests.pages.test_browser_e2e import (
     type_prompt,
 )
 from ui import run_status
+
+pytestmark = BROWSER_TEST
 
 LONG_RUN = "600"  # max new tokens for a run that is still streaming when the test acts on it
 SHORT_RUN = "24"

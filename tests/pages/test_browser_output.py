@@ -6,12 +6,8 @@ run's stored steps, not assumed."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from backend.serving.client import WorkerClient
-from tests.helpers.browser import CHROMIUM, SHOTS
+from tests.helpers.browser import BROWSER_TEST, SHOTS
 from tests.pages.test_browser_e2e import (
     FIRST_TOKEN_OF_A_NEW_RUN,
     PROMPT,
@@ -20,13 +16,7 @@ from tests.pages.test_browser_e2e import (
 )
 from ui.tokens import is_special
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(),
-        reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)",
-    ),
-]
+pytestmark = BROWSER_TEST
 
 DRAWN = """() => {
     const out = document.querySelector('.ss-out[data-run]');
@@ -85,6 +75,8 @@ def test_answer_only_is_the_decoded_output_and_drafts_never_break_lines(browser_
     answer = page.locator(f'.ss-out.ss-answer[data-run="{run_id}"]')
     answer.wait_for()
     assert answer.evaluate("node => node.textContent") == stored["output_text"]
+    # the with-drafts spans and legend go once the rerun has finished (until then they are stale, not gone)
+    page.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for()
     assert page.locator(".ss-out span, .ss-legend").count() == 0
     page.screenshot(path=str(SHOTS / "output_answer_only.png"), full_page=True)
     page.get_by_text("with drafts", exact=True).click()
@@ -95,7 +87,7 @@ def test_max_new_tokens_out_of_range_is_a_message_and_no_run_starts(browser_page
     page = browser_page
     client = WorkerClient(e2e_worker.url)
     before = len(client.runs(limit=100_000))
-    box = page.get_by_label("Max new tokens")
+    box = page.get_by_label("Max new tokens", exact=True)  # not its help button
     box.fill("5000")
     box.press("Enter")
     message = page.get_by_text("Max new tokens must be between 1 and 2,048 (it is 5,000): change it to run.")

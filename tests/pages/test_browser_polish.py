@@ -4,19 +4,13 @@ draw as empty boxes on a machine without an emoji font), and the toolbar offers 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import pytest
-
-from tests.helpers.browser import CHROMIUM
+from tests.helpers.browser import BROWSER_TEST
 
 # pictographs, symbols and dingbats, geometric shapes, arrows-as-emoji, variation selector 16
 EMOJI = re.compile("[\U0001f000-\U0001faff\u2190-\u21ff\u2300-\u23ff\u25a0-\u27bf\u2b00-\u2bff\ufe0f]")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)"),
-]
+pytestmark = BROWSER_TEST
 
 
 def test_the_sidebar_pages_have_material_icons_and_no_emoji(browser_page):
