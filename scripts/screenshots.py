@@ -13,21 +13,16 @@ picker and Run button; it waits for the app to finish running each page before t
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite  # noqa: E402
-from tests.helpers.workers import WorkerProcess, free_port  # noqa: E402
+from tests.helpers.workers import WorkerProcess, start_dashboard  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -39,28 +34,6 @@ LINK_TITLES = """links => links.map(link => {
     return copy.textContent.trim();
 })"""
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-
-
-def start_dashboard(worker_url: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker_url, "SPECSCOPE_NO_AUTOSTART": "1"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                return server, url
-        except httpx.TransportError:
-            time.sleep(0.3)
-    server.terminate()
-    raise RuntimeError("the dashboard did not start within 60 s")
 
 
 def settle(page, wait_ms: int) -> None:

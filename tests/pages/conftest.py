@@ -5,18 +5,12 @@ a chromium page on the dashboard."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
-import httpx
 import pytest
 
 from backend.serving.client import WorkerClient
 from tests.helpers.browser import CHROMIUM, SHOTS
 from tests.helpers.tiny import save_tiny
-from tests.helpers.workers import ROOT, WorkerProcess, free_port
+from tests.helpers.workers import WorkerProcess, start_dashboard
 
 
 @pytest.fixture(scope="session")
@@ -74,36 +68,7 @@ def e2e_worker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dashboard(e2e_worker):
-    worker = e2e_worker
-    port = free_port()
-    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url, "SPECSCOPE_NO_AUTOSTART": "1"}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
+    server, url = start_dashboard(e2e_worker.url)
     yield url
     server.terminate()
 

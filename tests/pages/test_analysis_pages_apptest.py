@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
+from tests.helpers.apptest import page
 from tests.helpers.tiny import save_tiny
-from tests.helpers.workers import ROOT, WorkerProcess
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=120)
+from tests.helpers.workers import WorkerProcess
 
 
 def tab_labels(at: AppTest) -> list[str]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from tests.helpers.workers import ROOT
+from tests.helpers.apptest import page
 
 
 def codesign() -> AppTest:
-    return AppTest.from_file(str(ROOT / "pages/codesign.py"), default_timeout=120).run()
+    return page("pages/codesign.py").run()
 
 
 def metrics(at: AppTest) -> dict[str, str]:

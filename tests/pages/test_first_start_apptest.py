@@ -10,9 +10,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from backend.serving.client import WorkerClient
+from tests.helpers.apptest import page
 from tests.helpers.reference import build_reference
 from tests.helpers.tiny import save_tiny
-from tests.helpers.workers import ROOT, WorkerProcess
+from tests.helpers.workers import WorkerProcess
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +34,6 @@ def env(first_start, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_WORKER_URL", first_start.url)
     monkeypatch.setenv("SPECSCOPE_NO_AUTOSTART", "1")
     return first_start
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=120)
 
 
 def infos(at: AppTest) -> str:

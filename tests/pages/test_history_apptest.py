@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 
-from streamlit.testing.v1 import AppTest
-
 from backend.serving.client import WorkerClient
-from tests.helpers.workers import ROOT
+from tests.helpers.apptest import page
 
 LONG_LINE = " ".join(f"w{i % 20 + 5}" for i in range(60))  # 200+ characters on one line
 
@@ -24,7 +22,7 @@ def store_run(url: str, prompt: str) -> str:
 def test_history_shows_each_runs_first_prompt_line_and_formats_its_numbers(worker_env):
     short = store_run(worker_env.url, "\n  w7 w8 w9 first line\nw10 w11 second line")
     long = store_run(worker_env.url, LONG_LINE + "\nw12 w13")
-    at = AppTest.from_file(str(ROOT / "pages/history.py"), default_timeout=120).run()
+    at = page("pages/history.py").run()
     assert not at.exception
     frame = at.dataframe[0].value
     prompts = dict(zip(frame["run_id"], frame["prompt"], strict=True))

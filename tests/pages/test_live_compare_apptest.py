@@ -7,15 +7,8 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from backend.serving.client import WorkerClient
-from tests.helpers.workers import ROOT
+from tests.helpers.apptest import PROMPT, page
 from ui import run_status
-
-TIMEOUT = 120
-PROMPT = "w5 w9 w13 w5 w9 w13 w22 w5 w9"
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
 
 
 def captions(at: AppTest) -> str:

@@ -10,24 +10,13 @@ from html import escape
 
 import httpx
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from backend.serving.client import WorkerClient
+from tests.helpers.apptest import PROMPT, html_of, page
 from tests.helpers.tiny import save_tiny
-from tests.helpers.workers import ROOT, WorkerProcess
+from tests.helpers.workers import WorkerProcess
 from ui import forms
 from ui.tokens import ANSWER_ONLY, WITH_DRAFTS, committed_text
-
-TIMEOUT = 120
-PROMPT = "w5 w9 w13 w5 w9 w13 w22 w5 w9"
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
-
-
-def html_of(at: AppTest) -> str:
-    return "".join(element.proto.body for element in at.html)
 
 
 def test_the_page_limit_on_max_new_tokens_is_the_workers():

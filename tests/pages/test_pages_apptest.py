@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from tests.helpers.workers import ROOT
-
-TIMEOUT = 120
-PROMPT = "w5 w9 w13 w5 w9 w13 w22 w5 w9"
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
-
-
-def html_of(at: AppTest) -> str:
-    return "".join(element.proto.body for element in at.html)
+from tests.helpers.apptest import PROMPT, html_of, page
 
 
 def test_app_router_opens_the_live_page(worker_env):
