@@ -9,7 +9,7 @@ import re
 import pytest
 
 from backend.lab.recorder import software
-from backend.lab.reference import FILES, import_reference, reference_label, reference_labels
+from backend.lab.reference import FILES, REFERENCE_DIR, import_reference, reference_label, reference_labels
 from backend.lab.store import RunStore
 from tests.helpers.reference import build_reference
 
@@ -78,3 +78,14 @@ def test_the_label_names_machine_date_and_versions():
     pattern = r"reference: .+ \(\d+ cores\), \d{4}-\d\d-\d\d, SpecScope 0\.1\.0 \(abcdef1234\), torch 2\.0"
     assert re.fullmatch(pattern, label)
     assert ", cuda:0," in reference_label("cuda:0", {"torch_version": "2.0"})
+
+
+def test_the_shipped_reference_is_the_default_targets_lossless_sweep(tmp_path):
+    assert all((REFERENCE_DIR / f"{name}.parquet").stat().st_size < 1_000_000 for name in FILES)
+    store = RunStore(tmp_path / "shipped.duckdb")
+    assert import_reference(store, REFERENCE_DIR) == 1
+    [label] = reference_labels(store, "default")
+    assert re.fullmatch(r"reference: .+ \(\d+ cores\).*, \d{4}-\d\d-\d\d, SpecScope .+, torch .+", label)
+    points = store.sweep_points(target="default", reference=True)
+    assert {"none", "ngram", "suffix", "eagle3"} <= set(points["drafter"]) and points["lossless"].all()
+    store.close()
