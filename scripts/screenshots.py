@@ -2,7 +2,7 @@
 fresh temporary store (which imports the shipped reference data on its first start) and the dashboard,
 opens each page listed in the sidebar in Debian's chromium (driven by Playwright; never a downloaded
 browser), then runs one suite prompt on the Live page, and saves docs/images/<page>.png (plus live_run.png)
-at a fixed viewport.
+at a fixed width, each as tall as the page.
 
     python scripts/screenshots.py [--target default] [--out docs/images] [--category code_editing]
 
@@ -41,6 +41,16 @@ def settle(page, wait_ms: int) -> None:
     page.wait_for_timeout(500)  # the rerun a click or a navigation asks for starts within this
     page.locator(IDLE).wait_for()
     page.wait_for_timeout(wait_ms)
+
+
+def snap(page, path: Path, width: int, height: int) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so the viewport is made as tall as that
+    block's content for the picture (at least `height`), then set back."""
+    content = page.evaluate("""() => document.querySelector('[data-testid="stMain"]').scrollHeight""")
+    page.set_viewport_size({"width": width, "height": max(height, int(content))})
+    page.wait_for_timeout(800)  # the charts redraw at the new size
+    page.screenshot(path=str(path))
+    page.set_viewport_size({"width": width, "height": height})
 
 
 def slug(title: str) -> str:
@@ -96,13 +106,13 @@ def main() -> None:
                     links.nth(index).click()
                     settle(page, args.chart_wait_ms)
                     path = args.out / f"{slug(title)}.png"
-                    page.screenshot(path=str(path))
+                    snap(page, path, args.width, args.height)
                     print(f"{path}: {title}", flush=True)
                 links.nth(titles.index("Live")).click()
                 settle(page, 300)
                 prompt = run_live_prompt(page, args.category, args.chart_wait_ms)
                 path = args.out / "live_run.png"
-                page.screenshot(path=str(path))
+                snap(page, path, args.width, args.height)
                 print(f"{path}: a Live run of {prompt[:60]!r}", flush=True)
                 browser.close()
         finally:

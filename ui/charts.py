@@ -215,7 +215,7 @@ def pareto_figure(points: list[dict], frontier: list[dict], reference: list[dict
                 y=[p["throughput_tps"] for p in mine],
                 customdata=[[p["drafter"], str(p["draft_len"]), p["batch_size"], p["al"]] for p in mine],
                 hovertemplate="reference: " + PARETO_HOVER,
-                marker=dict(size=10, symbol="diamond-open", line=dict(width=2)),
+                marker=dict(size=10, symbol="diamond-open", color=drafter_colour(drafter), line=dict(width=2)),
             )
         )
     for drafter in sorted({p["drafter"] for p in points}):

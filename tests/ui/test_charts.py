@@ -40,7 +40,7 @@ def every_figure():
         "histogram": charts.histogram_figure({"ngram": [3, 2, 1], "suffix": [1, 2, 4]}),
         "al vs d": charts.al_vs_d_figure(AL_GROUPS),
         "survival": charts.position_figure(POSITION_GROUPS, "survival", "survival"),
-        "pareto": charts.pareto_figure(PARETO_POINTS, PARETO_POINTS[:2]),
+        "pareto": charts.pareto_figure(PARETO_POINTS, PARETO_POINTS[:2], reference=PARETO_POINTS),
         "matched": charts.matched_figure(MATCHED),
     }
 
@@ -63,8 +63,9 @@ def test_a_drafter_has_one_colour_on_every_figure_and_drafters_differ():
     assert seen["ngram"] == {charts.drafter_colour("ngram")}
     assert seen["suffix"] == {charts.drafter_colour("suffix")}
     assert charts.drafter_colour("ngram") != charts.drafter_colour("suffix")
-    [plain] = [t for t in every_figure()["pareto"].data if t.name == "plain (D=0)"]
-    assert plain.marker.color == charts.drafter_colour("none")
+    plain = [t for t in every_figure()["pareto"].data if t.name.startswith("plain (D=0)")]
+    assert [t.name for t in plain] == ["plain (D=0) (reference)", "plain (D=0)"]  # the reference's too
+    assert {t.marker.color for t in plain} == {charts.drafter_colour("none")}
 
 
 def test_a_drafter_the_palette_does_not_list_gets_a_spare_colour():
