@@ -1,12 +1,16 @@
-"""Acceptance: how far each drafter's drafts get, from every stored drafting step (Live, Compare and
-sweep runs alike): AL vs D with bootstrap CIs, acceptance histograms per drafter and category, and
-per-position acceptance as survival and as conditional probability, side by side."""
+"""Acceptance: how far each drafter's drafts get, from the stored drafting steps of the chosen run kinds
+(Live, Compare and sweep runs by default; replays, which score a stored rollout, and the shipped
+reference on request) and statuses (cancelled runs left out by default): AL vs D with bootstrap CIs,
+acceptance histograms per drafter and category, and per-position acceptance as survival and as
+conditional probability, side by side. With nothing of the user's own for the target, the reference
+sweep's steps are shown, labelled as such."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
+from backend.lab.hints import SWEEP_HINT
 from backend.serving.client import WorkerError
 from ui import charts, connection, forms
 
@@ -23,16 +27,46 @@ SPLITS = {"any length": None, "short (< 512 tokens)": "short", "medium": "medium
 split = top[2].selectbox(
     "Prompt length", list(SPLITS), key="acc_split", help="Input-length split of the prompt (recorded for sweep runs)"
 )
+KINDS = {"live": "generate", "compare": "compare", "replay": "replay", "sweep": "sweep", "reference": "reference"}
+STATUSES = ["complete", "incomplete", "cancelled", "failed"]
+filters = st.columns(2)
+kinds = filters[0].multiselect(
+    "Run kinds",
+    list(KINDS),
+    default=["live", "compare", "sweep"],
+    key="acc_kinds",
+    help="Replays score a stored plain rollout, so they are left out by default; reference is the shipped "
+    "reference sweep, measured on another machine.",
+)
+statuses = filters[1].multiselect(
+    "Run status",
+    STATUSES,
+    default=["complete", "incomplete"],
+    key="acc_statuses",
+    help="A cancelled run stopped where the user chose; an incomplete one was cut off by a worker restart.",
+)
+if not kinds or not statuses:
+    st.info("Pick at least one run kind and one status.")
+    st.stop()
 try:
-    groups = worker.acceptance(target=target, split=SPLITS[split])
+    groups = worker.acceptance(target=target, split=SPLITS[split], kind=[KINDS[k] for k in kinds], status=statuses)
+    if not groups["pooled"] and "reference" not in kinds and groups["reference"]:
+        groups = worker.acceptance(target=target, split=SPLITS[split], kind=["reference"], status=statuses)
+        st.info(
+            f"No drafting steps of your own for this target with these filters, so these charts show the "
+            f"{groups['reference'][0]}, measured there, not here. Run something on the Live or Compare page, "
+            f"start a sweep on the Sweep page, or run `{SWEEP_HINT}`."
+        )
+    elif "reference" in kinds and groups["reference"]:
+        st.caption(f"Reference runs: the {'; '.join(groups['reference'])}.")
     pooled, per_category = groups["pooled"], groups["by_category"]
 except WorkerError as error:
     st.error(str(error))
     st.stop()
 if not pooled:
     st.info(
-        "No drafting steps stored for this target yet: run something on the Live or Compare page, or a "
-        "sweep (`python -m backend bench sweep`)."
+        "No drafting steps stored for this target with these filters: run something on the Live or Compare "
+        f"page, start a sweep on the Sweep page, or run `{SWEEP_HINT}`."
     )
     st.stop()
 

@@ -1,5 +1,5 @@
-"""History: every stored run, filtered by target, drafter, D, category, status and date; open one to
-replay it in the Live view; export the selection as CSV or Parquet."""
+"""History: every stored run, filtered by target, drafter, D, category, status and date, with the first
+line of its prompt; open one to replay it in the Live view; export the selection as CSV or Parquet."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import pandas as pd
 import streamlit as st
 
 from backend.serving.client import WorkerError
-from ui import connection
+from ui import connection, tables
 
 worker = connection.client()
 st.title("Run history")
 
 COLUMNS = [
     "created_at",
+    "prompt",
     "status",
     "kind",
     "target",
@@ -48,7 +49,14 @@ def options(column: str) -> list[str]:
     return ["(any)"] + sorted({str(v) for v in everything[column].dropna()})
 
 
-columns = st.columns(6)
+def first_line(turns: list[str] | None) -> str:
+    """The prompt as one short line: its first turn's first non-empty line, cut at 80 characters."""
+    lines = [line.strip() for line in (turns or [""])[0].splitlines() if line.strip()]
+    line = lines[0] if lines else ""
+    return line if len(line) <= 80 else line[:79] + "…"
+
+
+columns = st.columns([3, 2, 1, 2, 2, 3])  # the date range needs room for two dates
 chosen = {
     "target": columns[0].selectbox("Target", options("target"), key="hist_target"),
     "drafter": columns[1].selectbox("Drafter", options("drafter"), key="hist_drafter"),
@@ -57,7 +65,13 @@ chosen = {
     "status": columns[4].selectbox("Status", options("status"), key="hist_status"),
 }
 today = datetime.now().date()
-dates = columns[5].date_input("Dates", (today - timedelta(days=30), today), key="hist_dates")
+dates = columns[5].date_input(
+    "Dates",
+    (today - timedelta(days=30), today),
+    format="YYYY-MM-DD",
+    key="hist_dates",
+    help="Runs created from the first day to the last, both included.",
+)
 filters = {name: value for name, value in chosen.items() if value != "(any)"}
 if isinstance(dates, tuple) and len(dates) == 2:
     filters["since"] = datetime.combine(dates[0], time.min).isoformat()
@@ -72,6 +86,8 @@ if runs.empty:
     st.info("No run matches these filters.")
     st.stop()
 
+runs["prompt"] = runs["turns"].map(first_line)
+runs["created_at"] = pd.to_datetime(runs["created_at"], format="ISO8601")
 table = runs[[c for c in COLUMNS if c in runs.columns]]
 picked = st.dataframe(
     table,
@@ -80,9 +96,14 @@ picked = st.dataframe(
     selection_mode="multi-row",
     key="hist_table",
     column_config={
+        **tables.number_formats(table),
+        "created_at": st.column_config.DatetimeColumn("created", format="YYYY-MM-DD HH:mm:ss"),
+        "prompt": st.column_config.TextColumn(width="large", help="The first line of the prompt's first turn"),
         "acceptance_rate": st.column_config.NumberColumn(format="percent"),
         "al": st.column_config.NumberColumn(format="%.2f"),
         "tokens_per_s": st.column_config.NumberColumn(format="%.1f"),
+        "baseline_tokens_per_s": st.column_config.NumberColumn(format="%.1f"),
+        "temperature": st.column_config.NumberColumn(format="%.2f"),
     },
 )
 rows = picked.selection.rows if picked is not None else []

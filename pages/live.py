@@ -1,43 +1,65 @@
 """Live: paste a prompt, pick a drafter and D, and watch each step as the target accepts or rejects
-its drafts, with running AL, acceptance rate, speed and the speedup over plain decoding."""
+its drafts, with running AL, acceptance rate, speed and the speedup over plain decoding of the same
+prompt measured in the same job (with when and how), whether the output is token-identical to that
+plain run, and how warm the drafter's memory across requests was."""
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta
 
 import streamlit as st
 
 from backend.core.metrics import summary
 from backend.serving.client import WorkerError
-from ui import charts, connection, forms, tokens
+from ui import charts, connection, forms, run_status, tokens
 
 worker = connection.client()
 st.title("Live speculative decoding")
 
 
-def show_metrics(slots, running: dict, summary: dict | None) -> None:
-    slots[0].metric("AL (mean acceptance length)", f"{running['al']:.2f}")
+def show_metrics(slots, running: dict, speedup: float | None, speedup_note: str | None = None) -> None:
+    slots[0].metric(
+        "AL",
+        f"{running['al']:.2f}",
+        help="mean acceptance length: 1 + accepted drafts per drafting step (bonus token included, as vLLM counts)",
+    )
     slots[1].metric("Acceptance rate", f"{100 * running['acceptance_rate']:.1f}%")
     slots[2].metric("Tokens/s", f"{running['tokens_per_s']:.1f}")
-    speedup = summary.get("speedup") if summary else None
     slots[3].metric(
         "Speedup vs plain",
-        f"{speedup:.2f}x" if speedup else "…",
-        help="decode tokens/s over plain decoding (D = 0) of the same prompt and settings",
+        run_status.speedup_text(speedup),
+        help=speedup_note
+        or "decode tokens/s over plain decoding (D = 0) of the same prompt and settings, measured in the same job",
     )
 
 
-def show_charts(slots, steps: list[dict]) -> None:
+def show_charts(slots, steps: list[dict], drafter: str | None) -> None:
     slots[0].plotly_chart(charts.step_times_figure(steps))
-    slots[1].plotly_chart(charts.histogram_figure({"this run": charts.accepted_histogram(steps)}))
+    histogram = {"this run": charts.accepted_histogram(steps)}
+    slots[1].plotly_chart(charts.histogram_figure(histogram, {"this run": drafter} if drafter else None))
 
 
 def describe(start: dict) -> str:
     cost = start.get("cost") or {}
+    memory = run_status.memory_note(start)
     return (
         f"{start['target']} · {start['drafter']} · D={start['draft_len']} · nominal ρ "
-        f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}"
+        f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}" + (f" · {memory}" if memory else "")
     )
+
+
+def stored_baseline(run: dict) -> dict | None:
+    """The plain run measured in the same job as a stored run (same group), if the store has one."""
+    if not run.get("group_id") or not run.get("created_at"):
+        return None
+    started = datetime.fromisoformat(run["created_at"])
+    around = {"since": (started - timedelta(days=1)).isoformat(), "until": (started + timedelta(days=1)).isoformat()}
+    try:
+        candidates = worker.runs(kind="baseline", target=run["target"], **around)
+    except WorkerError:
+        return None
+    return next((r for r in candidates if r.get("group_id") == run["group_id"]), None)
 
 
 def running_figures(steps: list[dict]) -> dict:
@@ -57,23 +79,28 @@ def show_stored_run(run: dict) -> None:
     st.caption(" / ".join(run["turns"])[:300])
     shown = st.slider("Step", 0, len(steps), len(steps), key="live_replay_step") if steps else 0
     play = st.button("Play from the start")
+    view = forms.output_view("live")
     output, right = st.empty(), st.container()
     slots = right.columns(4)
     if play:
         for count in range(1, len(steps) + 1):
-            output.html(tokens.LEGEND + tokens.steps_html(steps[:count]))
+            output.html(tokens.output_html(steps[:count], view))
             time.sleep(0.04)
-    output.html(tokens.LEGEND + tokens.steps_html(steps[:shown]))
-    show_metrics(
-        slots,
-        running_figures(steps[:shown]),
-        {"speedup": run["tokens_per_s"] / run["baseline_tokens_per_s"]}
+    output.html(tokens.output_html(steps[:shown], view, run.get("output_text") if shown == len(steps) else None))
+    speedup = (
+        run["tokens_per_s"] / run["baseline_tokens_per_s"]
         if run.get("baseline_tokens_per_s") and run.get("tokens_per_s")
-        else None,
+        else None
     )
+    note = run_status.stored_speedup_note(run, stored_baseline(run)) if speedup else None
+    show_metrics(slots, running_figures(steps[:shown]), speedup, note)
+    if note:
+        right.caption(note)
     if steps:
-        show_charts(st.columns(2), steps[:shown])
+        show_charts(st.columns(2), steps[:shown], run.get("drafter"))
 
+
+ended_before = run_status.previous_stream_end("live")  # how the last stream ended, if cut short
 
 if "live_replay" in st.session_state:
     show_stored_run(st.session_state["live_replay"])
@@ -94,19 +121,14 @@ with left:
     with column_b:
         drafter = forms.drafter_input("live", models)
     sampling = forms.sampling_input("live")
-    run_column, stop_column = st.columns(2)
-    run = run_column.button("Run", type="primary", key="live_run", width="stretch")
-    stop_column.button(
-        "Stop",
-        key="live_stop",
-        width="stretch",
-        help="Stops the run: the page reruns, the stream closes and the worker cancels the job.",
-    )
+    run = run_status.stream_buttons("live", *st.columns(2), "Run", disabled=sampling is None)
     status = st.empty()
     described = st.empty()
+    view = forms.output_view("live")
     output = st.empty()
 with right:
     metric_slots = [column.empty() for column in st.columns(2) for _ in range(2)]
+    checks = st.empty()
     chart_slots = [st.empty(), st.empty()]
 
 if run:
@@ -114,10 +136,11 @@ if run:
         st.session_state.pop("live_last", None)
         status.warning("The prompt is empty: type something or pick a prompt from the suite.")
         st.stop()
-    last = {"steps": [], "summary": None, "error": None, "stopped": True, "start": None}
+    last = {"steps": [], "summary": None, "error": None, "ended": "stopped", "start": None}
     st.session_state["live_last"] = last
     body = {**prompt, **drafter, **sampling, "target": target}
     shown_at = 0.0
+    run_status.stream_started("live")
     try:
         for record in worker.generate(**body):
             kind = record["type"]
@@ -130,33 +153,43 @@ if run:
             elif kind == "step":
                 last["steps"].append(record)
                 if time.perf_counter() - shown_at > 0.08 or len(last["steps"]) == 1:
-                    output.html(tokens.LEGEND + tokens.steps_html(last["steps"]))
+                    output.html(tokens.output_html(last["steps"], view))
                     show_metrics(metric_slots, record["running"], None)
                     shown_at = time.perf_counter()
             elif kind == "summary":
                 last["summary"] = record
-                last["stopped"] = False
+                last["ended"] = None
     except WorkerError as error:
         last["error"] = str(error)
+    run_status.stream_ended("live")
+elif ended_before and "live_last" in st.session_state:
+    st.session_state["live_last"]["ended"] = ended_before
 
 last = st.session_state.get("live_last")
 if last:
     if last["error"]:
         status.error(last["error"])
-    elif last["stopped"]:
-        status.warning("Stopped before the end.")
+    else:
+        run_status.show_end(status, last["ended"])
     if last["start"]:
         described.caption(describe(last["start"]))
     steps = last["steps"]
     if steps:
-        output.html(tokens.LEGEND + tokens.steps_html(steps))
-        show_metrics(metric_slots, running_figures(steps), last["summary"])
-        show_charts(chart_slots, steps)
+        output.html(tokens.output_html(steps, view, (last["summary"] or {}).get("text")))
+        finished = last["summary"] or {}
+        note = run_status.baseline_note(finished) if finished else None
+        show_metrics(metric_slots, running_figures(steps), finished.get("speedup"), note)
+        show_charts(chart_slots, steps, (last["start"] or {}).get("drafter"))
     if last["summary"]:
-        summary = last["summary"]
+        finished = last["summary"]
         status.caption(
-            f"{summary['new_tokens']} tokens · {summary['target_forwards']} target forwards · "
-            f"measured ρ {summary['rho'] or 0:.3f} · finish: {summary['finish_reason']}"
+            f"{finished['new_tokens']} tokens · {finished['target_forwards']} target forwards · "
+            f"measured ρ {finished['rho'] or 0:.3f} · finish: {finished['finish_reason']}"
         )
+        with checks.container():
+            st.caption(run_status.baseline_note(finished))
+            verdict = run_status.identity_note(finished.get("identity"))
+            if verdict:
+                getattr(st, verdict[0])(verdict[1])
 else:
-    output.html(tokens.LEGEND + tokens.STYLE + '<div class="ss-out">Press Run to decode.</div>')
+    output.html(tokens.output_html([], view, empty="Press Run to decode."))

@@ -1,6 +1,8 @@
 """Pareto: the measured throughput-interactivity trade-off from stored sweeps, every drafter and D
 across batch sizes, with the Pareto frontier highlighted, and speculation on vs off compared at
-matched interactivity (both frontiers interpolated), as serving dashboards compare them."""
+matched interactivity (both frontiers interpolated), as serving dashboards compare them. The shipped
+reference sweep is overlaid (open diamonds, its own legend group) and never mixed into the user's
+points; with no sweep of the user's own, the page shows the reference alone and says so."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from backend.lab.analysis import matched_interactivity, newest_per_config, pareto_frontier
+from backend.lab.hints import SWEEP_HINT
 from backend.serving.client import WorkerError
 from ui import charts, connection, forms
 
@@ -19,39 +22,68 @@ st.caption(
 )
 
 top = st.columns([2, 2])
-target, mine = forms.analysis_target("par", worker, top[0])
-if not mine:
-    st.info(
-        "No complete sweep stored for this target yet: run `python -m backend bench sweep --drafters "
-        "ngram,suffix --draft-lens 0,4,8 --batch-sizes 1,4,16` (it writes through the running worker)."
-    )
-    st.stop()
-NEWEST = "(newest result per configuration)"
-labels = [NEWEST] + [f"{str(s['created_at'])[:19]} · {s['sweep_id'][:8]}" for s in mine]
-choice = top[1].selectbox("Sweep", labels, key="par_sweep")
+target, sweeps = forms.analysis_target("par", worker, top[0])
+mine = [s for s in sweeps if not s.get("reference")]
 try:
-    if choice == NEWEST:
-        points = worker.sweep_points(target=target)
-    else:
-        points = worker.sweep_points(sweep_id=mine[labels.index(choice) - 1]["sweep_id"])
+    stored = worker.sweep_points(target=target)
 except WorkerError as error:
     st.error(str(error))
     st.stop()
-points = newest_per_config(
-    [
-        p
-        for p in points
-        if p["category"] == "all" and p["split"] == "all" and p["throughput_tps"] and p["interactivity_tps"]
-    ]
-)
-drafters = sorted({p["drafter"] for p in points})
+
+
+def overall(points: list[dict]) -> list[dict]:
+    """The configurations' overall points (not per category or split) that have both figures, newest
+    first per configuration, each named by its drafter and what the sweep varied ('ngram [T=0.7]')."""
+    kept = newest_per_config(
+        [
+            p
+            for p in points
+            if p["category"] == "all" and p["split"] == "all" and p["throughput_tps"] and p["interactivity_tps"]
+        ]
+    )
+    return [{**p, "drafter": p["drafter"] + (f" [{p['variant']}]" if p.get("variant") else "")} for p in kept]
+
+
+reference = overall([p for p in stored if p.get("reference")])
+labels = sorted({p["reference"] for p in stored if p.get("reference")})
+if not mine and not reference:
+    st.info(
+        f"No complete sweep stored for this target yet: run `{SWEEP_HINT}` (it writes through the running "
+        "worker), or start one on the Sweep page."
+    )
+    st.stop()
+if mine:
+    NEWEST = "(newest result per configuration)"
+    choices = [NEWEST] + [f"{str(s['created_at'])[:19]} · {s['sweep_id'][:8]}" for s in mine]
+    choice = top[1].selectbox("Sweep", choices, key="par_sweep")
+    try:
+        if choice == NEWEST:
+            points = [p for p in stored if not p.get("reference")]
+        else:
+            points = worker.sweep_points(sweep_id=mine[choices.index(choice) - 1]["sweep_id"])
+    except WorkerError as error:
+        st.error(str(error))
+        st.stop()
+    points = overall(points)
+else:
+    points = []
+    st.info(
+        f"No sweep of your own for this target yet, so the chart shows the {labels[0]}, measured there, not "
+        f"here. Run `{SWEEP_HINT}` or start a sweep on the Sweep page to measure this machine."
+    )
+if reference and mine:
+    st.caption(f"Open diamonds: the {'; '.join(labels)} (shipped, for comparison; not part of your frontier).")
+
+drafters = sorted({p["drafter"] for p in points + reference})
 chosen = st.multiselect("Drafters", drafters, default=drafters, key="par_drafters")
 points = [p for p in points if p["drafter"] in chosen]
-if not points:
+reference = [p for p in reference if p["drafter"] in chosen]
+if not points and not reference:
     st.info("Pick at least one drafter.")
     st.stop()
 
-frontier = pareto_frontier(points)
+measured = points or reference  # the frontier and the comparison below are of the user's own points, if any
+frontier = pareto_frontier(measured)
 on_frontier = {(p["drafter"], str(p["draft_len"]), p["batch_size"]) for p in frontier}
 columns = [
     "drafter",
@@ -66,18 +98,27 @@ columns = [
     "rho",
     "lossless",
 ]
-table = pd.DataFrame(points)[columns].assign(
-    on_frontier=[(p["drafter"], str(p["draft_len"]), p["batch_size"]) in on_frontier for p in points]
+table = pd.DataFrame(
+    [
+        {
+            **{key: p.get(key) for key in columns},
+            "source": p.get("reference") or "yours",
+            "on_frontier": p in measured and (p["drafter"], str(p["draft_len"]), p["batch_size"]) in on_frontier,
+        }
+        for p in points + reference
+    ]
 )
-charts.chart_with_table(charts.pareto_figure(points, frontier), table, "pareto")
+charts.chart_with_table(charts.pareto_figure(points, frontier, reference), table, "pareto")
 
 st.subheader("Speculation on vs off at matched interactivity")
-baseline = [p for p in points if p["drafter"] == "none"]
+if not points:
+    st.caption(f"From the {labels[0]}.")
+baseline = [p for p in measured if p["drafter"] == "none"]
 rows = [
     {"drafter": name, **row}
     for name in chosen
     if name != "none"
-    for row in matched_interactivity(baseline, [p for p in points if p["drafter"] == name])
+    for row in matched_interactivity(baseline, [p for p in measured if p["drafter"] == name])
 ]
 if not baseline:
     st.info("Include plain decoding (drafter 'none', D = 0) to compare against it.")

@@ -16,7 +16,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.lab.store import RunStore  # noqa: E402
-from tests.helpers.workers import WorkerProcess, free_port  # noqa: E402
+from tests.helpers.workers import WorkerProcess, start_dashboard  # noqa: E402
 
 PAGES = {
     "pages/acceptance.py": ("Acceptance", "AL vs D"),
@@ -125,31 +124,9 @@ def time_apptest(page: str, repeats: int) -> float:
 def time_browser(worker_url: str, repeats: int) -> dict[str, dict[str, float]]:
     """Seconds until each page's first chart (History: its table) is drawn, two ways: clicking its link
     in the sidebar from the Live page (how people move between pages) and loading its URL afresh."""
-    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    port = free_port()
-    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker_url, "SPECSCOPE_NO_AUTOSTART": "1"}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server, base = start_dashboard(worker_url)
     results: dict[str, dict[str, float]] = {"navigate": {}, "fresh_load": {}}
     try:
         with sync_playwright() as playwright:
@@ -158,12 +135,7 @@ def time_browser(worker_url: str, repeats: int) -> dict[str, dict[str, float]]:
             )
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.set_default_timeout(120_000)
-            for _ in range(120):
-                try:
-                    page.goto(base)
-                    break
-                except PlaywrightError:  # the server is still starting
-                    time.sleep(0.5)
+            page.goto(base)
             page.get_by_text("Live speculative decoding").wait_for()
             for path, (link, title) in PAGES.items():
                 chart = "[data-testid='stDataFrame']" if link == "History" else ".js-plotly-plot .main-svg"

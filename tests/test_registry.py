@@ -16,7 +16,7 @@ import pytest
 
 from backend.cli.main import build_parser
 from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_options, build_drafter, options_for
-from backend.serving.worker import DrafterFields
+from backend.serving.bodies import DrafterFields
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "bigram.py"

@@ -1,5 +1,7 @@
-"""Finding the worker: SPECSCOPE_WORKER_URL when it answers, else a worker this app starts itself
-(`python -m backend worker` on a free loopback port, stopped when the app exits). Waiting for it
+"""Finding the worker: SPECSCOPE_WORKER_URL when it answers, else the running worker that holds the default
+store (the URL it publishes beside the store: a second dashboard shares it instead of failing on the
+store's lock), else a worker this app starts itself (`python -m backend worker` on a free loopback port,
+stopped when the app exits). Waiting for it
 shows progress while the model loads; problems become a message that says what to do."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from backend.serving.client import WorkerClient, WorkerError
+from backend.serving.discovery import published_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,12 +50,20 @@ def client() -> WorkerClient:
             return candidate
         except WorkerError:
             st.toast(f"No worker answers at {configured}; starting a local one.")
+    running = published_url()
+    if running:
+        try:
+            _client_for(running).health()
+            return _client_for(running)
+        except WorkerError:
+            pass  # it published its URL but does not answer (yet, or any more): start our own
     return _client_for(_start_local_worker())
 
 
 def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
-    """Poll /health until the worker has its models loaded, showing progress only while it is not;
-    stop the page with a clear message if it never comes up."""
+    """Poll /health until the worker has its models loaded, showing progress (naming the model) only while
+    it is not; stop the page with a clear message if it never comes up. Call it after st.navigation, so the
+    sidebar already lists the pages by title while this waits."""
     deadline = time.time() + timeout_s
     status = None
     while True:
@@ -62,7 +73,7 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
             health = {"status": "starting", "problem": str(error)}
         if health["status"] == "ready":
             if status is not None:
-                status.update(label="Worker ready", state="complete")
+                status.update(label=f"{health.get('loading_label') or 'The model'} is loaded", state="complete")
             if health.get("error"):
                 st.warning(f"The worker could not load its default model: {health['error']}")
             return health
@@ -70,18 +81,27 @@ def wait_until_ready(worker: WorkerClient, timeout_s: float = 600.0) -> dict:
             st.error(health.get("problem") or "The worker is still loading its model; reload this page later.")
             st.stop()
         if status is None:
-            status = st.status("Connecting to the SpecScope worker…", expanded=False)
+            status = st.status("Starting the SpecScope worker…", expanded=False)
+        model = health.get("loading_label") or health.get("loading") or "the model"
         if health.get("warming"):
+            step = health["warming"].partition(": ")[2] or health["warming"]
             status.update(
-                label=f"Compiling {health['warming']}… (torch.compile, once per worker start: a few "
-                "minutes on a small CPU; `SPECSCOPE_COMPILE=off make run` skips it)"
+                label=f"Preparing {model}: {step}… (torch.compile, once per worker start: a few minutes on a "
+                "small CPU; `SPECSCOPE_COMPILE=off make run` skips it)"
             )
         elif health["status"] == "loading":
             status.update(
-                label=f"Loading model {health.get('loading') or ''}… (the first load of the embedded "
-                "model converts its GGUF file, about 30 s)"
+                label=f"Loading {model}… (the first load of the embedded model converts its GGUF file, about 30 s)"
             )
         time.sleep(0.5)
+
+
+def current_health(worker: WorkerClient, known: dict) -> dict:
+    """The worker's health now, else what was `known` (a worker that stopped answering says so elsewhere)."""
+    try:
+        return worker.health()
+    except WorkerError:
+        return known
 
 
 def show_progress(slot, record: dict) -> bool:
@@ -92,7 +112,10 @@ def show_progress(slot, record: dict) -> bool:
     elif kind == "loading":
         slot.info(f"Loading {record['spec']}…")
     elif kind == "baseline":
-        slot.caption(f"plain decoding of this prompt: {record['tokens_per_s']:.1f} tokens/s")
+        slot.caption(
+            f"plain decoding of this prompt, measured in this job ({record.get('how', 'plain')}): "
+            f"{record['tokens_per_s']:.1f} tokens/s"
+        )
     else:
         return False
     return True

@@ -1,14 +1,19 @@
 """The input widgets the Live and Compare pages share: prompt (typed or from the suite), target,
-drafter with its options and D, and sampling settings. Each returns request fields for the worker."""
+drafter with its options, D and its training card, sampling settings, and the output view picker.
+Each input returns request fields for the worker; a number out of the worker's range is a
+one-sentence message under the inputs, never a silent clamp."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite
+from ui import tokens
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
+MAX_NEW_TOKENS = 2048  # the worker's bound on max_new_tokens (backend/serving/bodies.py; a test checks they agree)
+MAX_SEED = 2**31 - 1
 
 
 @st.cache_data(show_spinner=False)
@@ -68,6 +73,8 @@ def drafter_input(prefix: str, models: dict, default: str = "suffix", default_le
         "the target are found under data/drafters/.",
     )
     chosen = offered[names.index(drafter)]
+    if chosen.get("card"):
+        drafter_card(chosen["card"])
     draft_len = st.select_slider(
         "Draft length D",
         D_CHOICES,
@@ -120,7 +127,68 @@ def option_input(prefix: str, option: dict):
     )
 
 
-def sampling_input(prefix: str) -> dict:
+def card_summary(card: dict) -> str:
+    """One paragraph of a trained drafter's card: its data, training budget and measured AL."""
+    seconds = card["seconds"]
+    took = f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+    text = (
+        f"Data: {card['data']}; {card['train_sequence_tokens']:,} sequence tokens. Training: "
+        f"{card['training_tokens']:,} tokens in {card['steps']:,} steps, {took} on {card['device']} "
+        f"({card['hardware']}). Measured AL: "
+    )
+    if card.get("validation"):
+        text += (
+            f"{card['validation'][-1]['al']:.2f} on held-out instructions (greedy, "
+            f"D = {card['validation_draft_len']}); "
+        )
+    suite = card.get("suite") or []
+    if not suite:
+        return text + "by category: not measured on the evaluation suite."
+    lengths = sorted({row["draft_len"] for row in suite})
+    shown = card.get("validation_draft_len") if card.get("validation_draft_len") in lengths else lengths[-1]
+    categories = ", ".join(f"{row['category']} {row['al']:.2f}" for row in suite if row["draft_len"] == shown)
+    return text + f"by category on the evaluation suite (D = {shown}): {categories}."
+
+
+def drafter_card(card: dict) -> None:
+    """Under the drafter picker: what the trained drafter's weights were trained on, and its model card."""
+    if "data" in card:
+        st.caption(card_summary(card))
+    if card.get("model_card_text"):
+        with st.popover("Model card"):
+            st.caption(f"`{card['model_card']}`")
+            st.markdown(card["model_card_text"])
+
+
+def output_view(prefix: str) -> str:
+    """The output view picker, one per page: tokens.WITH_DRAFTS (with its legend) or tokens.ANSWER_ONLY."""
+    view = st.segmented_control(
+        "Output",
+        tokens.VIEWS,
+        default=tokens.WITH_DRAFTS,
+        required=True,
+        key=f"{prefix}_view",
+        help="With drafts: every step's drafts coloured by fate. Answer only: the committed text, "
+        "exactly the run's decoded output.",
+    )
+    if view == tokens.WITH_DRAFTS:
+        st.html(tokens.STYLE + tokens.LEGEND)
+    return view
+
+
+def checked_int(
+    column, label: str, low: int, high: int, default: int, key: str, help_text: str
+) -> tuple[int, str | None]:
+    """An integer input without a hard limit in the browser (which would clamp or drop a typed value
+    silently); returns the value and, when it is outside [low, high], a one-sentence problem."""
+    value = int(column.number_input(label, value=default, step=1, key=key, help=help_text))
+    if low <= value <= high:
+        return value, None
+    return value, f"{label} must be between {low:,} and {high:,} (it is {value:,}): change it to run."
+
+
+def sampling_input(prefix: str) -> dict | None:
+    """Temperature, max new tokens and seed; None (with a message shown) while a number is out of range."""
     columns = st.columns(3)
     temperature = columns[0].slider(
         "Temperature",
@@ -131,9 +199,20 @@ def sampling_input(prefix: str) -> dict:
         key=f"{prefix}_temperature",
         help="0 is greedy; above 0 the acceptance is rejection sampling",
     )
-    max_new = columns[1].number_input("Max new tokens", 1, 2048, 128, key=f"{prefix}_max_new")
-    seed = columns[2].number_input("Seed", 0, 2**31 - 1, 0, key=f"{prefix}_seed")
-    return {"temperature": temperature, "max_new_tokens": int(max_new), "seed": int(seed)}
+    max_new, too_many = checked_int(
+        columns[1],
+        "Max new tokens",
+        1,
+        MAX_NEW_TOKENS,
+        128,
+        f"{prefix}_max_new",
+        f"Tokens to generate per turn, 1 to {MAX_NEW_TOKENS}.",
+    )
+    seed, bad_seed = checked_int(columns[2], "Seed", 0, MAX_SEED, 0, f"{prefix}_seed", f"0 to {MAX_SEED}.")
+    problems = [p for p in (too_many, bad_seed) if p]
+    for problem in problems:
+        st.error(problem)
+    return None if problems else {"temperature": temperature, "max_new_tokens": max_new, "seed": seed}
 
 
 def analysis_target(prefix: str, worker, column) -> tuple[str, list[dict]]:

@@ -1,11 +1,28 @@
-"""Steps as coloured tokens: accepted drafts green, the first rejected draft red, the rest of that
-draft grey (both struck through: they are not part of the output), the target's own token blue.
-Hovering a token shows its draft and target probabilities. A draft a confidence head cut short
-(DSpark) is marked with a small scissors after it. All text is HTML-escaped."""
+"""A run's output as HTML, in two views. "answer only": the committed text, exactly the run's decoded
+output once its summary is known. "with drafts": every step coloured by fate. Accepted drafts green;
+the first rejected draft red and the rest of that draft grey (both struck through: they are not part
+of the output, and a newline or tab inside them is drawn as ↵ or → so it cannot break the line); the
+target's own token amber when it corrects a rejection, violet when it is the bonus after every draft
+was accepted, blue on a step without drafts. Special tokens (`<|im_end|>`, `</s>`, ...) are small
+chips. Hovering a token shows its draft and target probabilities; a draft a confidence head cut short
+(DSpark) is marked with a small scissors. All text is HTML-escaped.
+
+Knows only the step records' fields (token texts, counts of accepted and emitted tokens), not the
+tokenizer: a special token is recognised by its text.
+"""
 
 from __future__ import annotations
 
+import re
 from html import escape
+
+WITH_DRAFTS, ANSWER_ONLY = "with drafts", "answer only"
+VIEWS = (WITH_DRAFTS, ANSWER_ONLY)
+TURN_JOIN = "\n\n"  # how a run's decoded output joins its turns' answers
+
+# a token whose whole text is a chat-template or sentence marker: <|im_end|>, <|endoftext|>, </s>, <eos> ...
+SPECIAL = re.compile(r"<\|[^<>|\s]{1,48}\|>|</?s>|<(?:unk|pad|bos|eos|start_of_turn|end_of_turn)>")
+VISIBLE_WHITESPACE = str.maketrans({"\n": "↵", "\r": "␍", "\t": "→"})
 
 STYLE = """<style>
 .ss-out { white-space: pre-wrap; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 0.9rem;
@@ -15,23 +32,42 @@ STYLE = """<style>
 .ss-rej { background: #ffd2d2; color: #9b1111; text-decoration: line-through; }
 .ss-skip { color: #9aa0a6; text-decoration: line-through; }
 .ss-tgt { background: #d3e4ff; color: #0b3d91; }
+.ss-tgt.ss-fix { background: #ffe3b3; color: #7a4100; }
+.ss-tgt.ss-bonus { background: #e6d8ff; color: #4a1d96; font-weight: 600; }
+.ss-special { font-size: 0.7rem; padding: 0 0.3rem; border: 1px solid currentColor; border-radius: 0.6rem;
+              vertical-align: 0.1rem; }
 .ss-cut { color: #b26b00; font-size: 0.75rem; vertical-align: super; }
 .ss-turn { display: block; color: #666; font-style: italic; margin: 0.4rem 0; }
+.ss-legend { line-height: 1.9; }
 .ss-legend span { padding: 0 0.4rem; margin-right: 0.4rem; }
 </style>"""
 
 LEGEND = (
-    '<div class="ss-legend"><span class="ss-acc">accepted draft</span><span class="ss-rej">rejected draft'
-    '</span><span class="ss-skip">discarded after a rejection</span><span class="ss-tgt">target\'s own '
-    'token</span><span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence</div>'
+    '<div class="ss-legend"><span class="ss-acc">accepted draft</span>'
+    '<span class="ss-rej">rejected draft</span><span class="ss-skip">discarded after a rejection</span>'
+    '<span class="ss-tgt ss-fix">correction: the target\'s token at the rejection</span>'
+    '<span class="ss-tgt ss-bonus">bonus: the target\'s extra token, all drafts accepted</span>'
+    '<span class="ss-tgt">target\'s token, no drafts</span>'
+    '<span class="ss-special" title="a token the tokenizer marks special, e.g. &lt;|im_end|&gt;">special token</span>'
+    '<span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence · ↵ and → are a newline and '
+    "a tab inside a draft that was not kept</div>"
 )
+
+
+def is_special(text: str) -> bool:
+    return SPECIAL.fullmatch(text) is not None
 
 
 def _prob(values: list | None, i: int) -> str:
     return f"{values[i]:.3f}" if values is not None and i < len(values) and values[i] is not None else "n/a"
 
 
-def _span(css: str, text: str, title: str) -> str:
+def _span(css: str, text: str, title: str, kept: bool = True) -> str:
+    """One token; a token not kept shows its newlines and tabs as symbols, a special token is a chip."""
+    if is_special(text):
+        css += " ss-special"
+    elif not kept:
+        text = text.translate(VISIBLE_WHITESPACE)
     return f'<span class="{css}" title="{escape(title, quote=True)}">{escape(text)}</span>'
 
 
@@ -49,9 +85,9 @@ def step_html(step: dict) -> str:
             if i < emitted:
                 parts.append(_span("ss-acc", text, title))
         elif i == accepted:
-            parts.append(_span("ss-rej", text, title + " · rejected"))
+            parts.append(_span("ss-rej", text, title + " · rejected", kept=False))
         else:
-            parts.append(_span("ss-skip", text, title + " · discarded"))
+            parts.append(_span("ss-skip", text, title + " · discarded", kept=False))
     if step.get("stop_reason") == "low-confidence":
         parts.append(
             _span(
@@ -62,14 +98,23 @@ def step_html(step: dict) -> str:
             )
         )
     if emitted > accepted:
-        kind = "bonus (all drafts accepted)" if accepted == len(drafted_text) and drafted_text else "target's token"
+        if not drafted_text:
+            css, kind = "ss-tgt", "target's token (no drafts this step)"
+        elif accepted == len(drafted_text):
+            css, kind = "ss-tgt ss-bonus", f"bonus: the target's extra token after all {accepted} drafts were accepted"
+        else:
+            css, kind = "ss-tgt ss-fix", f"correction: the target's token at rejected draft {accepted + 1}"
         title = f"step {step['index']} · {kind}: target p={step.get('target_token_prob', 0):.3f}"
-        parts.append(_span("ss-tgt", step.get("target_text", ""), title))
+        parts.append(_span(css, step.get("target_text", ""), title))
     return "".join(parts)
 
 
+def _run_id(steps: list[dict]) -> str:
+    return escape(str(steps[0].get("run_id", "")), quote=True) if steps else ""
+
+
 def steps_html(steps: list[dict]) -> str:
-    """The whole output so far; the container carries the run id (data-run) of its steps."""
+    """The "with drafts" view; the container carries the run id (data-run) of its steps."""
     body, turn = [], None
     for step in steps:
         if step.get("turn", 0) != turn:
@@ -77,5 +122,30 @@ def steps_html(steps: list[dict]) -> str:
             if turn:
                 body.append(f'<span class="ss-turn">— turn {turn + 1} —</span>')
         body.append(step_html(step))
-    run = escape(str(steps[0].get("run_id", "")), quote=True) if steps else ""
-    return f'{STYLE}<div class="ss-out" data-run="{run}">{"".join(body)}</div>'
+    return f'{STYLE}<div class="ss-out" data-run="{_run_id(steps)}">{"".join(body)}</div>'
+
+
+def committed_text(steps: list[dict]) -> str:
+    """The committed tokens' texts joined, special tokens left out, turns joined as the decoded output
+    joins them. Each token was decoded alone, so this can differ from decoding the ids at once (a
+    character split over two tokens, a tokenizer that joins words with spaces): the stand-in while a
+    run streams, replaced by the run's decoded output when it ends."""
+    turns: dict[int, list[str]] = {}
+    for step in steps:
+        texts = step.get("emitted_text") or []
+        turns.setdefault(step.get("turn", 0), []).extend(t for t in texts if not is_special(t))
+    return TURN_JOIN.join("".join(pieces) for _, pieces in sorted(turns.items()))
+
+
+def answer_html(steps: list[dict], text: str | None = None) -> str:
+    """The "answer only" view: `text` (the run's decoded output) when known, else the committed text."""
+    shown = committed_text(steps) if text is None else text
+    return f'{STYLE}<div class="ss-out ss-answer" data-run="{_run_id(steps)}">{escape(shown)}</div>'
+
+
+def output_html(steps: list[dict], view: str, text: str | None = None, empty: str = "") -> str:
+    """The output in `view` (WITH_DRAFTS or ANSWER_ONLY); `text` is the run's decoded output once it has
+    ended (None while it streams); `empty` is shown while there are no steps."""
+    if not steps and empty:
+        return f'{STYLE}<div class="ss-out">{escape(empty)}</div>'
+    return answer_html(steps, text) if view == ANSWER_ONLY else steps_html(steps)

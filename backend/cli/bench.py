@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from backend.cli.common import drafter_options, load_target, quiet_libraries
 from backend.core.errors import SpecScopeError
+from backend.lab.hints import SWEEP_HINT
 
 
 def format_speed_table(report: dict) -> str:
@@ -80,6 +82,10 @@ def _checked_questions(args: argparse.Namespace) -> list:
             raise SpecScopeError(f"unknown drafter '{name}': choose from {', '.join(DRAFTER_NAMES[1:])}")
     for draft_len in args.draft_lens:
         make_policy(draft_len, free_drafter=True)
+    if getattr(args, "options", None) is not None:
+        from backend.lab.sweep import check_option_values
+
+        args.options = check_option_values(args.drafters, dict(args.options))
     questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
     if not questions:
         raise SpecScopeError(f"{args.suite} has no prompts to run")
@@ -185,18 +191,24 @@ def bench_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _config(point: dict) -> tuple:
+    return point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"]
+
+
 def format_sweep_table(report: dict) -> str:
-    frontier = {(p["drafter"], str(p["draft_len"]), p["batch_size"]) for p in report["frontier"]}
+    frontier = {_config(p) for p in report["frontier"]}
     lines = [
-        f"sweep {report['sweep_id']}: {len(report['points'])} configurations (* = on the Pareto frontier)",
+        f"sweep {report['sweep_id']}: {len(report['points'])} configurations (* = on the Pareto frontier; "
+        "lossless None: sampled, nothing to compare with)",
         "",
-        f"{'drafter':<10}{'D':>20}{'B':>4}{'tok/s':>9}{'tok/s/user':>12}{'AL':>7}{'95% CI':>15}{'lossless':>10}",
+        f"{'drafter':<28}{'D':>20}{'B':>4}{'tok/s':>9}{'tok/s/user':>12}{'AL':>7}{'95% CI':>15}{'lossless':>10}",
     ]
     for p in report["points"]:
-        mark = "*" if (p["drafter"], str(p["draft_len"]), p["batch_size"]) in frontier else " "
+        mark = "*" if _config(p) in frontier else " "
         ci = f"{p['al_ci_low']:.2f}-{p['al_ci_high']:.2f}"
+        name = p["drafter"] + (f" [{p['variant']}]" if p.get("variant") else "")
         lines.append(
-            f"{p['drafter']:<10}{str(p['draft_len']):>20}{p['batch_size']:>4}{p['throughput_tps']:>9.1f}"
+            f"{name:<28}{str(p['draft_len']):>20}{p['batch_size']:>4}{p['throughput_tps']:>9.1f}"
             f"{p['interactivity_tps'] or 0:>12.1f}{p['al']:>7.2f}{ci:>15}{str(p['lossless']):>10} {mark}"
         )
     return "\n".join(lines)
@@ -217,11 +229,14 @@ def _open_store(path: str | None):
         ) from error
 
 
-def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) -> dict:
+def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress, store=None) -> dict:
+    """The sweep in this process, into `store` (default: the --db file, closed afterwards)."""
     from backend.drafters import DrafterOptions
     from backend.lab.sweep import run_sweep
 
-    store = _open_store(args.db)
+    owned = store is None
+    store = _open_store(args.db) if owned else store
+    args.target = args.target or "default"
     target = load_target(args)
     try:
         return run_sweep(
@@ -235,33 +250,53 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress) 
             store,
             progress,
             {**record, "max_new_tokens": args.max_new_tokens},
+            args.temperatures,
+            args.options,
         )
     finally:
-        store.close()
+        if owned:
+            store.close()
 
 
-def bench_sweep(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from backend.serving.client import WorkerClient, WorkerError
-
-    questions = _checked_questions(args)
-    record = {
+def _sweep_record(args: argparse.Namespace, questions) -> dict:
+    """The settings a sweep is stored with."""
+    return {
         "suite": str(args.suite),
         "drafters": args.drafters,
         "draft_lens": args.draft_lens,
         "batch_sizes": args.batch_sizes,
+        "temperatures": args.temperatures,
+        "options": args.options,
         "categories": args.categories,
+        "per_category": args.per_category,
         "prompts": len(questions),
     }
-    worker = None if args.local else WorkerClient()
-    with tqdm(file=sys.stderr, unit="row", dynamic_ncols=True) as bar:
 
-        def progress(label: str, done: int, total: int) -> None:
-            bar.total = total
-            bar.set_postfix_str(label)
-            bar.update(done - bar.n)
 
+def _progress_bar():
+    """A tqdm bar on stderr and the sweep progress callback that drives it."""
+    from tqdm import tqdm
+
+    bar = tqdm(file=sys.stderr, unit="row", dynamic_ncols=True)
+
+    def progress(label: str, done: int, total: int) -> None:
+        bar.total = total
+        bar.set_postfix_str(label)
+        bar.update(done - bar.n)
+
+    return bar, progress
+
+
+def bench_sweep(args: argparse.Namespace) -> int:
+    from backend.serving.client import WorkerClient, WorkerError
+    from backend.serving.discovery import published_url
+
+    questions = _checked_questions(args)
+    record = _sweep_record(args, questions)
+    # $SPECSCOPE_WORKER_URL, else the worker that holds the store (it publishes its URL beside it)
+    worker = None if args.local else WorkerClient(os.environ.get("SPECSCOPE_WORKER_URL") or published_url(args.db))
+    bar, progress = _progress_bar()
+    with bar:
         try:
             if worker is None:
                 raise WorkerError("local run asked for")
@@ -279,6 +314,8 @@ def bench_sweep(args: argparse.Namespace) -> int:
                 "draft_lens": args.draft_lens,
                 "batch_sizes": args.batch_sizes,
                 "max_new_tokens": args.max_new_tokens,
+                "temperatures": args.temperatures,
+                "options": args.options,
                 "settings": record,
             }
             try:
@@ -298,11 +335,49 @@ def bench_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench_reference(args: argparse.Namespace) -> int:
+    """The reference sweep, run here into a temporary store, written as Parquet to --out."""
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from backend.lab.recorder import software
+    from backend.lab.reference import export_reference, reference_label
+    from backend.lab.store import RunStore
+
+    questions = _checked_questions(args)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="specscope-reference-") as folder:
+        store = RunStore(Path(folder) / "reference.duckdb")
+        bar, progress = _progress_bar()
+        with bar:
+            report = _sweep_locally(args, questions, _sweep_record(args, questions), progress, store)
+        device = str(store.sweeps()["device"].iloc[0])
+        label = reference_label(device, software())
+        files = export_reference(store, report["sweep_id"], args.out, label)
+        store.close()
+    minutes = (time.perf_counter() - started) / 60
+    print(format_sweep_table(report))
+    print(f"\n{label}; measured in {minutes:.1f} min", file=sys.stderr)
+    for path in files:
+        print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"sweep_id": report["sweep_id"], "label": label, "minutes": minutes}))
+    return 0
+
+
 def codesign(args: argparse.Namespace) -> int:
     from backend.lab.codesign import codesign_report
+    from backend.serving.client import WorkerClient, WorkerError
+    from backend.serving.discovery import published_url
 
     quiet_libraries()
-    report = codesign_report(*_codesign_inputs(args), drafter=args.drafter)
+    try:  # the worker that holds the store answers with its own analysis (the reference where nothing is stored)
+        report = WorkerClient(os.environ.get("SPECSCOPE_WORKER_URL") or published_url(args.db)).codesign(
+            args.target, args.drafter
+        )
+    except WorkerError:
+        report = codesign_report(*_codesign_inputs(args), drafter=args.drafter)
     print(format_codesign(report))
     if args.json:
         print(json.dumps(report))
@@ -310,26 +385,29 @@ def codesign(args: argparse.Namespace) -> int:
 
 
 def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
-    """The target's config facts and its stored sweep points: from the worker if one answers."""
+    """The target's config facts and its stored sweep points, read from the store file (no worker)."""
     from backend.core.models import config_facts
-    from backend.serving.client import WorkerClient, WorkerError
 
-    try:
-        points = WorkerClient().sweep_points(target=args.target)
-    except WorkerError:
-        store = _open_store(args.db)
-        points = store.sweep_points(target=args.target).to_dict(orient="records")
-        store.close()
-    return config_facts(args.target), points
+    store = _open_store(args.db)
+    points = store.sweep_points(target=args.target, reference=False).to_dict(orient="records")
+    store.close()
+    return config_facts(args.target), [p for p in points if not p.get("variant")]
 
 
 def format_codesign(report: dict) -> str:
-    ladder = ", ".join(map(str, report["d_ladder"])) or "none up to 64"
+    ladder = ", ".join(map(str, report["d_ladder"])) or f"none up to {report['ladder_cap']}"
     lines = [
         f"G = {report['num_attention_heads']} query heads / {report['num_key_value_heads']} KV heads = {report['G']:g}",
-        f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}",
+        f"start where attention dominates: D = 128/G - 1 = {report['d_start']:.2f}, "
+        f"suggested D = {report['d_suggested']} ({report['rounding']})",
         f"D with G x (1 + D) a multiple of 128: {ladder}",
     ]
+    if report["ladder_note"]:
+        lines.append(report["ladder_note"])
+        lines.append(
+            "nearest widths: "
+            + ", ".join(f"D = {r['D']} ({100 * r['fill']:.0f}% of {r['tiles']} tiles)" for r in report["rungs"])
+        )
     if "measured" in report:
         lines += [
             "",
@@ -339,7 +417,9 @@ def format_codesign(report: dict) -> str:
         for d in sorted(report["measured"], key=int):
             lines.append(f"{d:>4}{report['al'][d]:>7.2f}{report['predicted'][d]:>10.2f}x{report['measured'][d]:>9.2f}x")
     else:
-        lines += ["", "no sweep stored for this target yet: run `python -m backend bench sweep` to measure"]
+        lines += ["", f"no sweep stored for this target yet: run `{SWEEP_HINT}` to measure"]
+    if report.get("reference"):
+        lines.insert(0, f"(no sweep of your own for this target: measured points from the {report['reference']})")
     if report.get("recommended_d"):
         lines += [
             "",

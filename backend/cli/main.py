@@ -3,6 +3,9 @@ and the benchmarks.
 
     generate --prompt TEXT | --prompt-file FILE | --suite FILE [--limit N]   one prompt, or a suite
     bench speed --suite FILE --drafters a,b --draft-lens 2,4,8              speed and losslessness
+    bench sweep --drafters a,b --draft-lens 0,4 --batch-sizes 1,4 [--temperatures 0,0.7]
+                [--option ngram_max=2,3,4]                                 the Pareto grid, stored
+    bench reference                                                        rebuild data/reference/
 
 Every user error (bad flag value, missing model, empty prompt, ...) ends with one `error:` line on
 stderr and exit status 2, never a traceback. This module only parses and prints.
@@ -19,6 +22,9 @@ from pathlib import Path
 from backend.cli.common import load_target, quiet_libraries
 from backend.cli.generate import generate_command
 from backend.core.errors import SpecScopeError
+from backend.lab.prompts import DEFAULT_SUITE
+from backend.lab.reference import PRESET as REFERENCE_PRESET
+from backend.lab.reference import REFERENCE_DIR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,28 +122,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs the grid with the batched engine and stores every point (through "
         "the worker when one answers, else directly into the DuckDB file).",
     )
-    sweep.add_argument("--suite", type=Path, required=True)
-    sweep.add_argument("--drafters", type=_names, default=["ngram", "suffix"])
+    grid = {"drafters": ["ngram", "suffix"], "draft_lens": [0, 2, 4, 8], "batch_sizes": [1, 2, 4, 8, 16]}
+    _add_sweep_args(sweep, grid)
     sweep.add_argument(
-        "--draft-lens",
-        type=_draft_lens,
-        default=[0, 2, 4, 8],
-        help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)",
+        "--db", help="the DuckDB store: its worker (which publishes its URL beside it) is used when running"
     )
-    sweep.add_argument("--batch-sizes", type=_sizes, default=[1, 2, 4, 8, 16])
-    sweep.add_argument("--max-new-tokens", type=int, default=64)
-    sweep.add_argument("--categories", type=_names)
-    sweep.add_argument("--limit", type=int)
-    sweep.add_argument("--per-category", type=int)
-    sweep.add_argument("--target", default="default")
-    sweep.add_argument("--device", default="auto")
-    sweep.add_argument("--dtype", default="auto")
-    sweep.add_argument("--allow-remote-code", action="store_true")
-    _add_compile_arg(sweep)
-    sweep.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
     sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
-    sweep.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     sweep.set_defaults(handler=lambda args: _bench("sweep", args))
+
+    reference = bench.add_parser(
+        "reference",
+        help="rebuild the reference dataset (data/reference/*.parquet) the dashboard shows on first start",
+        description="Runs the reference sweep of the default target in this process, into a temporary "
+        "store, and writes it as Parquet, labelled with this machine's CPU, the date and the software "
+        "versions. The defaults are the shipped reference's preset; the flags are bench sweep's.",
+    )
+    _add_sweep_args(reference, REFERENCE_PRESET)
+    reference.add_argument("--out", type=Path, default=REFERENCE_DIR, help=f"output folder (default {REFERENCE_DIR})")
+    reference.set_defaults(handler=lambda args: _bench("reference", args))
 
     stream = bench.add_parser(
         "stream",
@@ -243,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile_arg(worker)
     worker.add_argument("--model-budget-gb", type=float, default=4.0, help="evict least recently used models above")
     worker.add_argument("--log-file", help="the worker's log (default: worker.log beside the DuckDB file)")
+    worker.add_argument(
+        "--reference",
+        default=os.environ.get("SPECSCOPE_REFERENCE", str(REFERENCE_DIR)),
+        help="folder of the reference sweep (Parquet) imported at start; off: none "
+        "(default $SPECSCOPE_REFERENCE, else data/reference)",
+    )
     worker.set_defaults(handler=_worker)
     return parser
 
@@ -261,6 +269,44 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
     _add_compile_arg(parser)
+
+
+def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
+    """The grid and prompt flags `bench sweep` and `bench reference` share, with their own defaults."""
+    parser.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="a question.jsonl suite (default: shipped)")
+    parser.add_argument("--drafters", type=_names, default=defaults["drafters"])
+    parser.add_argument(
+        "--draft-lens",
+        type=_draft_lens,
+        default=defaults["draft_lens"],
+        help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)",
+    )
+    parser.add_argument("--batch-sizes", type=_sizes, default=defaults["batch_sizes"])
+    parser.add_argument(
+        "--temperatures", type=_temperatures, default=[0.0], help="comma-separated; 0 = greedy (default 0)"
+    )
+    parser.add_argument(
+        "--option",
+        dest="options",
+        type=_option_values,
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="a drafter option to sweep, e.g. ngram_max=2,3,4 or suffix_max_depth=8,24 or "
+        "drafter_path=FOLDER1,FOLDER2 (repeatable; each drafter sweeps the options it has)",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.get("max_new_tokens", 64))
+    parser.add_argument("--categories", type=_names)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--per-category", type=int, default=defaults.get("per_category"))
+    parser.add_argument(
+        "--target", help="target model (default: the worker's default target; in process, the embedded default)"
+    )
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--allow-remote-code", action="store_true")
+    _add_compile_arg(parser)
+    parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
 
 
 def _add_compile_arg(parser: argparse.ArgumentParser) -> None:
@@ -324,6 +370,7 @@ def _bench(command: str, args: argparse.Namespace) -> int:
         "speed": cli_bench.bench_speed,
         "forward": cli_bench.bench_forward,
         "sweep": cli_bench.bench_sweep,
+        "reference": cli_bench.bench_reference,
         "stream": cli_bench.bench_stream,
         "codesign": cli_bench.codesign,
     }
@@ -348,6 +395,24 @@ def _draft_len(text: str) -> int | str:
 
 def _draft_lens(text: str) -> list[int | str]:
     return [_draft_len(part) for part in _names(text)]
+
+
+def _temperatures(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in _names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures, got {text!r}") from None
+    if any(not 0 <= value <= 10 for value in values):
+        raise argparse.ArgumentTypeError("temperatures must be between 0 and 10 (0 = greedy)")
+    return values
+
+
+def _option_values(text: str) -> tuple[str, list[str]]:
+    """NAME=V1,V2,... -> (name, values as text); the values are checked against the option's bounds later."""
+    name, equals, values = text.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=V1,V2 (e.g. ngram_max=2,3,4), got {text!r}")
+    return name.strip().replace("-", "_"), _names(values)
 
 
 def _sizes(text: str) -> list[int]:
@@ -408,6 +473,7 @@ def _worker(args: argparse.Namespace) -> int:
         model_budget_gb=args.model_budget_gb,
         compile=args.compile,
         log_file=args.log_file,
+        reference=None if args.reference == "off" else args.reference,
     )
     print(f"SpecScope worker on http://{args.host}:{args.port} (docs at /docs)", file=sys.stderr, flush=True)
     serve(args.host, args.port, settings)

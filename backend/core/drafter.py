@@ -11,6 +11,11 @@ the session then alternates:
                                  with the target's hidden states at those positions when the drafter
                                  asked for them via `target_hidden_layers`.
 
+A drafter that learns across requests (suffix decoding's global tree of earlier outputs) also
+implements `RemembersRequests`: a caller that must compare runs fairly `fork`s it, so each run starts
+from the same memory and nothing one run learns reaches another until the caller hands it back
+with `learn`.
+
 The protocol is shaped for what later mechanisms need:
   - EAGLE-3 / MTP / DFlash / DSpark read target hidden states: a drafter lists the indices it wants
     in `target_hidden_layers` (HF `output_hidden_states` numbering: 0 = embeddings, L = final,
@@ -25,7 +30,7 @@ Drafters know nothing about acceptance rules, caches of the target, or timing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -35,8 +40,8 @@ from backend.core.verify import SamplingParams
 @dataclass(frozen=True)
 class DrafterCost:
     """Nominal cost of drafting one token in target-layer equivalents (TLE: the matmul weights of one
-    target decoder layer), and as a fraction of a whole target forward, layers plus LM head (ρ in the
-    seed article). The engine measures the real ρ from timings; this is the paper-and-pencil figure."""
+    target decoder layer), and as a fraction of a whole target forward, layers plus LM head (ρ in
+    speedup ≈ AL / (1 + ρD)). The engine measures the real ρ from timings; this is the paper-and-pencil figure."""
 
     tle_per_token: float
     target_tle_per_forward: float
@@ -104,4 +109,27 @@ class Drafter(Protocol):
     def start(self, prompt: list[int], prompt_hidden: dict[int, torch.Tensor]) -> DraftSession:
         """prompt_hidden: per requested layer, [len(prompt) - 1, hidden], row i predicting prompt[i + 1]
         (the state that predicts the first output token arrives with the first step's outcome)."""
+        ...
+
+
+@runtime_checkable
+class RemembersRequests(Protocol):
+    """A drafter with memory across requests. Its sessions add what they decoded to the memory of
+    the drafter that started them when they close."""
+
+    def memory(self) -> dict[str, int]:
+        """What it holds now: {"sequences": earlier outputs, "tokens": their total length}."""
+        ...
+
+    def fork(self) -> Drafter:
+        """A drafter (same settings, shared weights if any) whose memory starts as this one's is now
+        and then goes its own way: what its sessions decode stays in it."""
+        ...
+
+    def learned(self) -> list[list[int]]:
+        """The outputs a fork has added to its memory since it was forked, oldest first."""
+        ...
+
+    def learn(self, output: list[int]) -> None:
+        """Add one finished output to the memory."""
         ...

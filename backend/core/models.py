@@ -52,7 +52,7 @@ class ModelFacts:
 
     @property
     def query_heads_per_kv_head(self) -> int:
-        """G in the seed article: query heads sharing one KV head."""
+        """G: query heads sharing one KV head."""
         return self.num_attention_heads // self.num_key_value_heads
 
     def to_dict(self) -> dict:
@@ -153,6 +153,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name not in dtypes:
         raise ModelLoadError(f"unknown dtype '{name}': use auto, float32, bfloat16 or float16")
     return dtypes[name]
+
+
+def model_label(spec: str) -> str:
+    """What a spec loads, for people: the embedded model's name for the default spec, else the spec (a
+    folder, GGUF file or hub id already names its model)."""
+    return f"{EMBEDDED_FILE.split('.')[0]} (the embedded default)" if spec == DEFAULT_SPEC else spec
 
 
 def embedded_default_path() -> Path:

@@ -17,6 +17,7 @@ from backend.core.kv import ForwardResult
 from backend.core.models import LoadedModel, check_same_tokenizer, matmul_weights
 from backend.core.target_passes import compile_mode, target_passes
 from backend.drafters.autoregressive import AutoregressiveSession
+from backend.drafters.engine_settings import trtllm_schedule_argument
 from backend.drafters.shipped import DISTILLED_DRAFT, trained_folders
 from backend.drafters.spec import DrafterSpec, LoadModel, WeightsOptions, option
 
@@ -88,12 +89,12 @@ def _build(target: LoadedModel, options: DraftModelOptions, load: LoadModel) -> 
 
 def _export(draft_len: int, schedule: dict[int, int], options: DraftModelOptions) -> dict[str, object]:
     return {
-        "vllm": {"model": "<draft model id or path>", "num_speculative_tokens": draft_len},
+        "vllm": {"method": "draft_model", "model": "<draft model id or path>", "num_speculative_tokens": draft_len},
         "sglang": f"--speculative-algorithm STANDALONE --speculative-draft-model-path <draft> "
         f"--speculative-num-steps {draft_len} --speculative-eagle-topk 1 "
         f"--speculative-num-draft-tokens {draft_len + 1}",
         "tensorrt_llm": f"DraftTargetDecodingConfig(max_draft_len={draft_len}, "
-        f"speculative_model='<draft model id or path>')",
+        f"speculative_model='<draft model id or path>'{trtllm_schedule_argument(schedule)})",
     }
 
 

@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.errors import SpecScopeError
+from backend.drafters.engine_settings import trtllm_schedule_argument
 from backend.drafters.spec import DrafterSpec, option
 
 
@@ -93,10 +94,10 @@ def _export(draft_len: int, schedule: dict[int, int], options: NgramOptions) -> 
             "prompt_lookup_max": options.ngram_max,
         },
         "sglang": f"--speculative-algorithm NGRAM --speculative-num-draft-tokens {draft_len + 1} "
-        "--speculative-ngram-max-bfs-breadth 1",
+        f"--speculative-ngram-min-match-window-size {options.ngram_min} "
+        f"--speculative-ngram-max-match-window-size {options.ngram_max} --speculative-ngram-max-bfs-breadth 1",
         "tensorrt_llm": f"NGramDecodingConfig(max_draft_len={draft_len}, max_matching_ngram_size="
-        f"{options.ngram_max}"
-        f"{', draft_len_schedule=' + repr(schedule) if len(schedule) > 1 else ''})",
+        f"{options.ngram_max}{trtllm_schedule_argument(schedule)})",
     }
 
 

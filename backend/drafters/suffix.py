@@ -5,6 +5,11 @@ Two depth-bounded suffix tries with occurrence counts:
   - a global tree over the finished outputs of earlier requests in this process (oldest evicted
     first beyond `max_cached_requests`), so repeated work gets faster across requests.
 
+The global tree is memory across requests (drafter.py's `RemembersRequests`): `fork` gives a drafter
+that starts from the tree as it is and keeps what it learns to itself (it reads the parent's tree
+until its first change, then works on its own copy; the parent must not learn while a fork reads
+it), so runs compared side by side all start alike.
+
 To draft, match ever longer suffixes of the sequence in a tree; from each matched node follow the
 most frequent child while the path probability (product of child.count / node.count) stays at or
 above `min_token_prob`, for at most `match_len * max_spec_factor + max_spec_offset` tokens. Score a
@@ -67,6 +72,18 @@ class SuffixTree:
                 child.count += 1
                 active.append(child)
         self._active[sequence_id] = active
+
+    def copy(self) -> SuffixTree:
+        """An independent tree with the same counts, children in the same order (so ties break alike)."""
+        twin = SuffixTree(self.max_depth)
+        pending = [(self.root, twin.root)]
+        while pending:
+            node, copied = pending.pop()
+            copied.count = node.count
+            for token, child in node.children.items():
+                copied.children[token] = Node()
+                pending.append((child, copied.children[token]))
+        return twin
 
     def remove(self, sequence_id: int, tokens: list[int]) -> None:
         """Subtract a whole sequence added under `sequence_id`, deleting nodes no longer used."""
@@ -145,6 +162,8 @@ class SuffixDrafter:
         self.global_tree = SuffixTree(max_depth)
         self._cached: OrderedDict[int, list[int]] = OrderedDict()  # request id -> output, oldest first
         self._next_id = 0
+        self._forked_at = 0  # request ids above this were learnt by this drafter itself
+        self._tree_shared = False  # a fork reads its parent's tree until it first changes it
 
     def cost(self) -> DrafterCost:
         return DrafterCost(0.0, self.target_tle_per_forward)
@@ -160,10 +179,36 @@ class SuffixDrafter:
         ]
         return max(paths, key=lambda path: path.score)
 
+    def memory(self) -> dict[str, int]:
+        return {"sequences": len(self._cached), "tokens": sum(len(output) for output in self._cached.values())}
+
+    def fork(self) -> SuffixDrafter:
+        twin = SuffixDrafter(
+            self.target_tle_per_forward,
+            self.max_depth,
+            self.max_spec_factor,
+            self.max_spec_offset,
+            self.min_token_prob,
+            self.max_cached_requests,
+        )
+        twin.global_tree, twin._tree_shared = self.global_tree, True
+        twin._cached = OrderedDict(self._cached)
+        twin._next_id = twin._forked_at = self._next_id
+        return twin
+
+    def learned(self) -> list[list[int]]:
+        return [output for request_id, output in self._cached.items() if request_id > self._forked_at]
+
+    def learn(self, output: list[int]) -> None:
+        self._next_id += 1
+        self.remember(self._next_id, output)
+
     def remember(self, request_id: int, output: list[int]) -> None:
         """Add a finished output to the global tree, evicting the oldest beyond the cap."""
         if not output or self.max_cached_requests == 0:
             return
+        if self._tree_shared:
+            self.global_tree, self._tree_shared = self.global_tree.copy(), False
         self.global_tree.extend(request_id, output)
         self._cached[request_id] = output
         while len(self._cached) > self.max_cached_requests:

@@ -1,5 +1,5 @@
 """Analysis of measured points: bootstrap confidence intervals for AL, the throughput-interactivity
-Pareto frontier, interpolation at matched interactivity, and the seed article's draft-length rules
+Pareto frontier, interpolation at matched interactivity, and the draft-length rules
 (D = 128/G - 1, the ladder where G x (1 + D) fills 128-wide attention tiles, speedup AL/(1 + ρD)).
 
 Pure functions on numbers and dicts; knows nothing about models, the store or the UI.
@@ -14,7 +14,7 @@ import numpy as np
 
 from backend.core.metrics import AcceptanceCounter, acceptance_length
 
-TILE = 128  # attention-kernel tile width in the seed article's rule
+TILE = 128  # attention-kernel tile width in the rule D = 128/G - 1
 
 
 def bootstrap_al_ci(
@@ -85,7 +85,7 @@ def matched_interactivity(baseline: Sequence[dict], speculative: Sequence[dict],
 
 
 def d_start(num_attention_heads: int, num_key_value_heads: int) -> float:
-    """The seed article's starting draft length where attention dominates: D = 128/G - 1."""
+    """The starting draft length where attention dominates: D = 128/G - 1."""
     return TILE / (num_attention_heads / num_key_value_heads) - 1
 
 
@@ -96,7 +96,7 @@ def d_ladder(num_attention_heads: int, num_key_value_heads: int, up_to: int = 64
 
 
 def predicted_speedup(al: float, rho: float, draft_len: int) -> float:
-    """The seed article's low-latency estimate: speedup ~ AL / (1 + ρ·D) (verification taken as free)."""
+    """The low-latency estimate: speedup ~ AL / (1 + ρ·D) (verification taken as free)."""
     return al / (1 + rho * draft_len)
 
 
@@ -111,13 +111,13 @@ def recommended_d(points: Sequence[dict]) -> dict[int, str]:
 
 
 def newest_per_config(points: Sequence[dict]) -> list[dict]:
-    """One point per (drafter, D, batch size): the first seen, i.e. the newest sweep's when the points
+    """One point per (drafter, variant, D, batch size): the first seen, i.e. the newest sweep's when the points
     come newest first (as the store returns them), among the points measured on the newest point's
     path (compiled or eager), so no speedup divides one path by the other."""
     path = points[0].get("compile") if points else None
     seen, kept = set(), []
     for point in (p for p in points if p.get("compile") == path):
-        key = (point["drafter"], str(point["draft_len"]), point["batch_size"])
+        key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"])
         if key not in seen:
             seen.add(key)
             kept.append(point)

@@ -1,9 +1,10 @@
-"""The co-design analysis: the seed article's draft-length rules for a target, next to what was
+"""The co-design analysis: the draft-length rules (D = 128/G - 1 and its tile ladder) for a target, next to what was
 measured for it, and the chosen drafter and D written out for vLLM, SGLang and TensorRT-LLM.
 
     G        = query heads per KV head (from the target's config)
-    d_start  = 128 / G - 1                       where attention dominates
-    d_ladder = D with G x (1 + D) a multiple of 128 (up to 64)
+    d_start  = 128 / G - 1                       where attention dominates (as an integer: floor, so
+                                                 that G x (1 + D) <= 128; backend/lab/draft_rules.py)
+    d_ladder = D with G x (1 + D) a multiple of 128 (up to 64), and why it is empty when it is
     predicted speedup(D) = AL(D) / (1 + ρ·D)     ρ and AL(D) measured at batch size 1
     measured speedup(D)  = throughput(D) / throughput(D = 0) at batch size 1
     recommended D per batch size = the D of highest measured throughput there
@@ -17,20 +18,25 @@ import json
 import math
 
 from backend.drafters import REGISTRY, options_for
-from backend.lab.analysis import d_ladder, d_start, newest_per_config, predicted_speedup, recommended_d
+from backend.lab.analysis import newest_per_config, predicted_speedup, recommended_d
+from backend.lab.draft_rules import draft_rules
 
 
 def codesign_report(facts: dict, points: list[dict], drafter: str | None = None) -> dict:
-    """facts: num_attention_heads and num_key_value_heads at least; points: sweep points (category
-    and split 'all') of the target, newest sweep first. With no points, only the rules."""
+    """facts: num_attention_heads and num_key_value_heads at least (num_layers, hidden_size, head_dim for
+    the KV-cache cost); points: sweep points (category and split 'all') of the target, newest sweep
+    first. With no points, only the rules."""
     heads, kv_heads = facts["num_attention_heads"], facts["num_key_value_heads"]
+    hidden = facts.get("hidden_size")
     report = {
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
-        "G": heads / kv_heads,
-        "d_start": d_start(heads, kv_heads),
-        "d_ladder": d_ladder(heads, kv_heads),
+        **draft_rules(heads, kv_heads),
         "num_layers": facts.get("num_layers"),
+        "hidden_size": hidden,
+        # a config without head_dim splits the hidden size evenly across the query heads
+        "head_dim": facts.get("head_dim") or (hidden // heads if hidden else None),
+        "head_dim_from_config": bool(facts.get("head_dim")),
         "drafter": drafter,
     }
     overall = newest_per_config(

@@ -14,10 +14,11 @@ Knows nothing about models or HTTP; it stores plain dicts and returns pandas Dat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -152,7 +153,21 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE sweep_points ADD COLUMN git_commit VARCHAR;
     """,
     ),
+    (
+        5,
+        """
+        ALTER TABLE runs ADD COLUMN variant VARCHAR;  -- what a sweep varied besides D and B: 'T=0.7, ngram_max=2'
+        ALTER TABLE sweep_points ADD COLUMN variant VARCHAR;
+        ALTER TABLE sweep_points ADD COLUMN temperature DOUBLE;
+        ALTER TABLE sweep_points ADD COLUMN drafter_options JSON;
+        ALTER TABLE sweeps ADD COLUMN reference VARCHAR;  -- a shipped reference sweep's label; NULL: the user's
+    """,
+    ),
 ]
+RUN_KINDS = ("generate", "compare", "replay", "sweep", "reference")  # 'generate' is a Live run
+RUN_STATUSES = ("complete", "cancelled", "incomplete", "failed")
+DEFAULT_KINDS = ("generate", "compare", "sweep")  # replay scores a stored rollout; reference is shipped data
+DEFAULT_STATUSES = ("complete", "incomplete")  # a cancelled run stopped where the user chose
 TABLES = ("runs", "steps", "sweep_points")  # written in bulk with the column types the migrations declared
 
 FINAL_FIELDS = {
@@ -271,6 +286,15 @@ class RunStore:
                     [message, now(), *run_ids],
                 )
 
+    def set_variant(self, run_ids: Sequence[str], variant: str) -> None:
+        """Label a sweep configuration's runs with what it varied (sweep.variant_label)."""
+        if run_ids:
+            with self._lock:
+                self._db.execute(
+                    f"UPDATE runs SET variant = ? WHERE run_id IN ({', '.join('?' for _ in run_ids)})",
+                    [variant, *run_ids],
+                )
+
     def finish_run(self, run_id: str, **fields) -> None:
         unknown = set(fields) - FINAL_FIELDS
         if unknown:
@@ -324,45 +348,36 @@ class RunStore:
         with self._lock:
             return self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY turn, step_index", [run_id]).df()
 
-    def baseline_tokens_per_s(
-        self,
-        target_fingerprint: str,
-        turns: list[str],
-        max_new_tokens: int,
-        temperature: float,
-        device: str,
-        compile: str,
-    ) -> float | None:
-        """Tokens/s of the newest complete plain run (D = 0) of the same prompt and settings."""
-        with self._lock:
-            row = self._db.execute(
-                """SELECT tokens_per_s FROM runs
-                   WHERE status = 'complete' AND draft_len = '0' AND kind <> 'sweep' AND target_fingerprint = ?
-                     AND turns = ?::JSON
-                     AND max_new_tokens = ? AND temperature = ? AND device = ? AND compile = ?
-                   ORDER BY created_at DESC LIMIT 1""",
-                [target_fingerprint, json.dumps(list(turns)), max_new_tokens, temperature, device, compile],
-            ).fetchone()
-        return row[0] if row else None
-
     def acceptance_tables(
         self,
         target: str | None = None,
         drafter: str | None = None,
         category: str | None = None,
         split: str | None = None,
+        kinds: Sequence[str] | None = None,
+        statuses: Sequence[str] = DEFAULT_STATUSES,
     ) -> dict[str, pd.DataFrame]:
         """Acceptance over every stored drafting step, grouped by (drafter, draft_len, category), computed
         in DuckDB: `runs` (accepted drafts, drafting steps and drafted tokens per run, for bootstrap CIs), `histogram`
         (steps by accepted count) and `positions` (per draft position: steps that reached it with every
         earlier draft accepted, and steps that accepted it). Runs without a category count as '(none)';
-        `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs)."""
+        `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs); `kinds` and
+        `statuses` keep runs of those kinds (default: every kind but replay and reference) and statuses.
+        A sweep configuration with a variant (a temperature or drafter options it varied) is its own group,
+        its drafter named 'ngram [ngram_max=2]'."""
         conditions, values = _equal_to(
             ("r.target", target), ("r.drafter", drafter), ("r.category", category), ("r.split", split)
         )
-        conditions += ["len(st.drafted) > 0", "r.status IN ('complete', 'cancelled', 'incomplete')"]
+        kinds = DEFAULT_KINDS if kinds is None else kinds
+        conditions += [
+            "len(st.drafted) > 0",
+            f"r.status IN ({', '.join('?' for _ in statuses) or 'NULL'})",
+            f"r.kind IN ({', '.join('?' for _ in kinds) or 'NULL'})",
+        ]
+        values += [*statuses, *kinds]
         drafting = f"""
-            SELECT r.drafter, r.draft_len, coalesce(r.category, '(none)') AS category,
+            SELECT r.drafter || coalesce(' [' || r.variant || ']', '') AS drafter, r.draft_len,
+                   coalesce(r.category, '(none)') AS category,
                    r.run_id,
                    st.accepted, len(st.drafted) AS drafted
             FROM steps st JOIN runs r USING (run_id) WHERE {" AND ".join(conditions)}"""
@@ -386,7 +401,8 @@ class RunStore:
     def start_sweep(self, sweep_id: str, target: str, fingerprint: str, device: str, settings: dict) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO sweeps VALUES (?, ?, NULL, 'running', ?, ?, ?, ?)",
+                "INSERT INTO sweeps (sweep_id, created_at, status, target, target_fingerprint, device, settings) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?)",
                 [sweep_id, now(), target, fingerprint, device, json.dumps(settings)],
             )
 
@@ -405,17 +421,29 @@ class RunStore:
         with self._lock:
             return self._db.execute("SELECT * FROM sweeps ORDER BY created_at DESC").df()
 
-    def sweep_points(self, sweep_id: str | None = None, target: str | None = None) -> pd.DataFrame:
+    def sweep_points(
+        self, sweep_id: str | None = None, target: str | None = None, reference: bool | None = None
+    ) -> pd.DataFrame:
         """Points of one sweep, or of every sweep of a target (newest first; a cancelled sweep keeps the
-        points of the configurations it finished)."""
+        points of the configurations it finished), with the sweep's `reference` label (NULL for the
+        user's own); reference=True keeps only reference points, False only the user's."""
         conditions, values = _equal_to(("p.sweep_id", sweep_id), ("s.target", target))
+        if reference is not None:
+            conditions.append(f"s.reference IS {'NOT ' if reference else ''}NULL")
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         with self._lock:
             return self._db.execute(
-                f"SELECT p.*, s.target, s.created_at FROM sweep_points p JOIN sweeps s USING (sweep_id) {where} "
+                f"SELECT p.*, s.target, s.created_at, s.reference FROM sweep_points p JOIN sweeps s USING (sweep_id) "
+                f"{where} "
                 "ORDER BY s.created_at DESC, p.drafter, p.draft_len, p.batch_size",
                 values,
             ).df()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The connection, held under the lock, for bulk copies in and out (reference.py)."""
+        with self._lock:
+            yield self._db
 
     def close(self) -> None:
         with self._lock:

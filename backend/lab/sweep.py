@@ -14,15 +14,21 @@ Knows nothing about HTTP or printing; `progress(label, done, total)` reports as 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from backend.core.batch import BatchEngine, RowResult
 from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
 from backend.core.metrics import acceptance_stats, count_acceptance, measured_rho
 from backend.core.models import LoadedModel
-from backend.drafters import DrafterOptions, build_drafter
+from backend.core.verify import SamplingParams
+from backend.drafters import REGISTRY, DrafterOptions, all_options, build_drafter
 from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
 from backend.lab.prompts import Question, encode_conversation
 from backend.lab.recorder import RunPlan, RunRecorder, software
@@ -44,7 +50,7 @@ def split_of(prompt_tokens: int) -> str:
 class SweepRow:
     question: Question
     result: RowResult
-    lossless: bool
+    lossless: bool | None  # None: sampled, so there is no single output to reproduce
 
     @property
     def split(self) -> str:
@@ -62,13 +68,26 @@ def run_sweep(
     store: RunStore | None,
     progress: Callable[[str, int, int], None] = lambda label, done, total: None,
     settings_record: dict | None = None,
+    temperatures: Sequence[float] = (0.0,),
+    option_values: Mapping[str, Sequence] | None = None,
 ) -> dict:
-    """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all)."""
+    """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all).
+
+    Besides drafters, D and B the grid spans `temperatures` (plain decoding is measured at each) and
+    `option_values` (drafter option name -> values; each drafter sweeps the options it has, the rest
+    keep `options`). A configuration that varies either carries a `variant` label ('T=0.7, ngram_max=2')."""
+    option_values = check_option_values(drafters, option_values or {})
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
     prompts = [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions]
-    configs = [("none", 0)] + [(name, d) for name in drafters for d in draft_lens if d != 0]
+    configs = [  # (temperature, drafter, D, swept options): plain decoding (D = 0) at each temperature
+        (t, name, d, combo)
+        for t in temperatures
+        for name in ["none", *drafters]
+        for combo in option_grid(name, option_values)
+        for d in ([0] if name == "none" else [d for d in draft_lens if d != 0])
+    ]
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0
     sweep_id = uuid.uuid4().hex
@@ -76,7 +95,7 @@ def run_sweep(
     provenance = {key: software()[key] for key in ("specscope_version", "git_commit")}
     if store is not None:
         store.start_sweep(sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})
-    reference = []  # the single-sequence greedy outputs every row must reproduce
+    reference = []  # the single-sequence greedy outputs every greedy row must reproduce
     plain = GenerationSettings(max_new_tokens, draft_len=0)
     for prompt in prompts:
         reference.append(engine.generate(prompt, None, plain).run().output_ids)
@@ -85,21 +104,33 @@ def run_sweep(
     points, by_category = [], []
     try:
         for size in batch_sizes:
-            for name, draft_len in configs:
-                drafter = build_drafter(name, target, options)
-                settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=draft_len)
+            for temperature, name, draft_len, combo in configs:
+                drafter = build_drafter(name, target, dataclasses.replace(options, **combo))
+                settings = GenerationSettings(
+                    max_new_tokens=max_new_tokens, draft_len=draft_len, sampling=SamplingParams(temperature)
+                )
                 rows: list[SweepRow] = []
                 wall = prefill = 0.0
+                variant = variant_label(temperature, combo)
                 for start in range(0, len(prompts), size):
                     result = batch.generate(prompts[start : start + size], drafter, settings)
                     wall += result.wall_s
                     prefill += result.prefill_s
                     for offset, row in enumerate(result.rows):
                         index = start + offset
-                        rows.append(SweepRow(questions[index], row, row.output_ids == reference[index]))
+                        same = row.output_ids == reference[index] if temperature == 0 else None
+                        rows.append(SweepRow(questions[index], row, same))
                     done += len(result.rows)
-                    progress(f"{name}@{draft_len} B={size}", done, total)
-                config = {"drafter": name, "draft_len": draft_len, "batch_size": size, "compile": engine.compile}
+                    progress(f"{name}@{draft_len} B={size}" + (f" [{variant}]" if variant else ""), done, total)
+                config = {
+                    "drafter": name,
+                    "draft_len": draft_len,
+                    "batch_size": size,
+                    "compile": engine.compile,
+                    "temperature": temperature,
+                    "variant": variant,
+                    "drafter_options": json.dumps(combo),
+                }
                 overall = summarise(rows, wall, config, "all", "all")
                 overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
                 parts = [
@@ -124,6 +155,7 @@ def run_sweep(
         store.finish_sweep(sweep_id, "complete")
     keys = (
         "drafter",
+        "variant",
         "draft_len",
         "batch_size",
         "throughput_tps",
@@ -141,6 +173,47 @@ def run_sweep(
         "details": points,
         "by_category": by_category,
     }
+
+
+def check_option_values(drafters: Sequence[str], option_values: Mapping[str, Sequence]) -> dict[str, list]:
+    """The drafter option values to sweep, each converted and checked against its registry bounds; a
+    clear error for an unknown option, an empty list, or an option none of `drafters` has."""
+    infos = {info.name: info for info in all_options()}
+    checked = {}
+    for name, values in option_values.items():
+        key = name.replace("-", "_")
+        if key not in infos:
+            raise SpecScopeError(f"unknown drafter option '{name}': choose from {', '.join(sorted(infos))}")
+        users = [d for d in drafters if d in REGISTRY and key in _option_names(d)]
+        if not users:
+            raise SpecScopeError(f"no drafter swept has option '{key}' (drafters: {', '.join(drafters)})")
+        if not values:
+            raise SpecScopeError(f"option '{key}' needs at least one value")
+        try:
+            checked[key] = [infos[key].parse(str(value)) for value in values]  # 2.0 is no int
+        except ValueError as error:
+            raise SpecScopeError(str(error)) from error
+    return checked
+
+
+def _option_names(drafter: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(REGISTRY[drafter].options)}
+
+
+def option_grid(drafter: str, option_values: Mapping[str, list]) -> list[dict]:
+    """Every combination of the swept values of the options `drafter` has ([{}] when it has none)."""
+    if drafter not in REGISTRY:
+        return [{}]
+    names = [name for name in option_values if name in _option_names(drafter)]
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*(option_values[n] for n in names))]
+
+
+def variant_label(temperature: float, combo: Mapping) -> str | None:
+    """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2' (a weights folder by
+    its name); None for greedy decoding with the drafter's default options."""
+    parts = [f"T={temperature:g}"] if temperature else []
+    parts += [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
+    return ", ".join(parts) or None
 
 
 def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category: str, split: str) -> dict:
@@ -173,12 +246,13 @@ def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category
         "draft_s_mean": sum(s.draft_s for s in steps) / len(steps) if steps else None,
         "verify_s_mean": sum(s.verify_s for s in steps) / len(steps) if steps else None,
         "rho": measured_rho(steps),
-        "lossless": all(row.lossless for row in rows),
+        "lossless": None if any(row.lossless is None for row in rows) else all(row.lossless for row in rows),
     }
 
 
 def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], config: dict, max_new_tokens: int) -> None:
     """Every row as a run (kind 'sweep', grouped by the sweep id) with its steps."""
+    run_ids = []
     for row in rows:
         run_id = recorder.start(
             RunPlan(
@@ -187,6 +261,8 @@ def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], conf
                 drafter=config["drafter"],
                 draft_len=config["draft_len"],
                 max_new_tokens=max_new_tokens,
+                drafter_options=json.loads(config["drafter_options"]),
+                sampling=SamplingParams(config["temperature"]),
                 question_id=str(row.question.question_id),
                 category=row.question.category,
                 group_id=sweep_id,
@@ -196,3 +272,6 @@ def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], conf
         )
         recorder.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in row.result.steps])
         recorder.finish(run_id, row.result.steps, len(row.result.prompt_ids), row.result.finish_reason)
+        run_ids.append(run_id)
+    if config["variant"]:
+        recorder.store.set_variant(run_ids, config["variant"])

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import httpx
 
+from backend.serving.discovery import published_url
+
 DEFAULT_URL = "http://127.0.0.1:8765"
 
 
@@ -22,7 +24,9 @@ class WorkerError(Exception):
 
 class WorkerClient:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 10.0) -> None:
-        self.url = (url or os.environ.get("SPECSCOPE_WORKER_URL") or DEFAULT_URL).rstrip("/")
+        """`url`, else $SPECSCOPE_WORKER_URL, else the URL the worker holding the default store published
+        beside it (discovery.py), else the default port."""
+        self.url = (url or os.environ.get("SPECSCOPE_WORKER_URL") or published_url() or DEFAULT_URL).rstrip("/")
         token = token or os.environ.get("SPECSCOPE_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -49,11 +53,24 @@ class WorkerClient:
         return self._stream("/sweeps", body)
 
     def acceptance(self, **filters) -> dict:
-        """{"pooled": groups over all categories, "by_category": groups per category} (analysis.acceptance_groups)."""
+        """{"pooled": groups over all categories, "by_category": groups per category} (analysis.acceptance_groups),
+        and "reference": the labels of the reference sweeps among the runs counted. `kind` and `status`
+        take lists."""
         return self._get("/aggregates/acceptance", params={k: v for k, v in filters.items() if v})
 
     def codesign(self, target: str | None = None, drafter: str | None = None) -> dict:
         return self._get("/codesign", params={k: v for k, v in (("target", target), ("drafter", drafter)) if v})
+
+    def start_sweep(self, **body) -> dict:
+        """Start a sweep that runs on without this client (the Sweep page); returns {"job_id"}."""
+        return self._post("/sweeps/jobs", body)
+
+    def sweep_job(self, job_id: str) -> dict:
+        """A started sweep's state: status, done, total, label, elapsed_s, eta_s, sweep_id, error."""
+        return self._get(f"/sweeps/jobs/{job_id}")
+
+    def cancel_sweep(self, job_id: str) -> dict:
+        return self._post(f"/sweeps/jobs/{job_id}/cancel", {})
 
     def sweeps(self) -> list[dict]:
         return self._get("/sweeps")
@@ -64,6 +81,13 @@ class WorkerClient:
     def _get(self, path: str, params: dict | None = None):
         try:
             response = self._http.get(path, params=params)
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from error
+        return self._json(response)
+
+    def _post(self, path: str, body: dict):
+        try:
+            response = self._http.post(path, json=body)
         except httpx.TransportError as error:
             raise self._unreachable(error) from error
         return self._json(response)
@@ -95,7 +119,7 @@ class WorkerClient:
     def _unreachable(self, error: Exception) -> WorkerError:
         return WorkerError(
             f"cannot reach the SpecScope worker at {self.url} ({type(error).__name__}): start it "
-            "with `python -m backend worker`, or set SPECSCOPE_WORKER_URL to where it runs"
+            "with `make run` or `python -m backend worker`, or set SPECSCOPE_WORKER_URL to where it runs"
         )
 
     def close(self) -> None:

@@ -69,6 +69,8 @@ class JobDispatcher:
                 self.store,
                 progress,
                 {**body.settings, "max_new_tokens": body.max_new_tokens},
+                body.temperatures,
+                body.options,
             )
         except SweepStopped:
             return

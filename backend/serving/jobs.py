@@ -55,6 +55,58 @@ class Job:
 _DONE = {"type": "__done__"}
 
 
+@dataclass
+class DetachedJob(Job):
+    """A job no client streams: it runs on when the page that started it goes away, keeps its latest
+    progress for polling, and ends only when done or when `cancelled` is set (a cancel request)."""
+
+    loop: None = None
+    status: str = "queued"  # queued | running | complete | cancelled | failed
+    done: int = 0
+    total: int = 0
+    label: str = ""
+    result: dict | None = None  # the final record of its kind (a sweep's report)
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    finished: float | None = None
+
+    def emit(self, record: dict) -> None:
+        """Called from the compute thread."""
+        kind = record.get("type")
+        if self.started is None:
+            self.started, self.status = time.time(), "running"
+        if kind == "progress":
+            self.done, self.total, self.label = record["done"], record["total"], record["label"]
+        elif kind == "loading":
+            self.label = f"loading {record['spec']}"
+        elif kind == "error":
+            self.error = record.get("message")
+        elif record is _DONE:
+            self.finished = time.time()
+            self.status = "cancelled" if self.cancelled.is_set() else "failed" if self.error else "complete"
+        else:
+            self.result = record
+
+    def state(self, position: int) -> dict:
+        """What a poll returns: progress, elapsed time and an ETA from the rate so far."""
+        now = self.finished or time.time()
+        elapsed = now - self.started if self.started else 0.0
+        eta = elapsed * (self.total - self.done) / self.done if self.done and self.status == "running" else None
+        return {
+            "job_id": self.id,
+            "kind": self.kind,
+            "status": self.status,
+            "position": position,
+            "done": self.done,
+            "total": self.total,
+            "label": self.label,
+            "elapsed_s": elapsed,
+            "eta_s": eta,
+            "error": self.error,
+            "sweep_id": (self.result or {}).get("sweep_id"),
+        }
+
+
 class Scheduler:
     def __init__(self, execute: Callable[[Job], None]) -> None:
         self.execute = execute
@@ -79,8 +131,10 @@ class Scheduler:
 
     @property
     def queue_length(self) -> int:
+        """Jobs running or waiting whose client is still there (a cancelled job is on its way out)."""
         with self._wake:
-            return len(self._pending) + (self._running is not None)
+            jobs = [*self._pending, *([self._running] if self._running is not None else [])]
+            return sum(not job.cancelled.is_set() for job in jobs)
 
     async def stream(self, job: Job) -> AsyncIterator[dict]:
         """Submit the job and yield its records; report the place in line while it waits."""

@@ -1,6 +1,6 @@
 """Models the worker keeps loaded, least recently used first out when over a memory budget, and the
 drafters built on them (a drafter such as `suffix` keeps a global tree across requests, so it must
-outlive one request).
+outlive one request; live runs decode with forks of it and hand back what they learnt after the job).
 
 Knows nothing about HTTP or decoding.
 """

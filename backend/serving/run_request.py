@@ -41,7 +41,7 @@ class RunRequest:
     sampling: SamplingParams
     seed: int
     stop: list[str] = field(default_factory=list)
-    baseline: bool = True
+    baseline: bool = True  # decode plainly in the same job: the speedup's divisor and the output check
     replay: bool = False
     question_id: str | None = None
     category: str | None = None

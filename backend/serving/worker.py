@@ -4,9 +4,11 @@ decoding as NDJSON streams, and is the only writer of the DuckDB run store.
     python -m backend worker [--host 127.0.0.1] [--port 8765] [--db FILE] [--preload default]
 
 Endpoints (OpenAPI at /docs): GET /health, GET /models, POST /generate, POST /compare, GET /runs,
-GET /runs/{run_id}, POST /sweeps (a sweep as one job), GET /sweeps, GET /sweeps/points, and the
-read-only analyses GET /aggregates/acceptance and GET /codesign. One compute job runs at a time;
-others wait in line and are told their place.
+GET /runs/{run_id}, POST /sweeps (a sweep as one job, streamed), POST /sweeps/jobs (one that runs
+on without its client: sweep_jobs.py), GET /sweeps, GET /sweeps/points, and the read-only analyses
+GET /aggregates/acceptance and GET /codesign. One compute job runs at a time; others wait in line
+and are told their place. At start it imports the reference sweep (lab/reference.py) and publishes
+its URL beside the store (discovery.py) for command lines to find.
 A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
 `Authorization: Bearer <token>`; binding to a non-loopback address without a token is refused.
 No endpoint takes SQL. This module is routes and validation; the work is in dispatch.py and live.py.
@@ -15,7 +17,7 @@ No endpoint takes SQL. This module is routes and validation; the work is in disp
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import contextlib
 import functools
 import ipaddress
 import json
@@ -26,148 +28,41 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.core.errors import SpecScopeError
-from backend.core.models import DEFAULT_SPEC, config_facts
-from backend.core.policy import MAX_DRAFT_LEN, make_policy
+from backend.core.models import DEFAULT_SPEC, config_facts, model_label
 from backend.core.verify import SamplingParams
-from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_options, available_drafters
+from backend.drafters import DRAFTER_NAMES, REGISTRY, available_drafters
+from backend.drafters.shipped import drafter_card
 from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
-from backend.lab.store import RunStore
-from backend.serving import logs
+from backend.lab.reference import REFERENCE_DIR, import_reference, reference_labels
+from backend.lab.store import DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES, RunStore
+from backend.serving import discovery, logs, sweep_jobs
+from backend.serving.bodies import (
+    KINDS_HELP,
+    MAX_RUNS_LISTED,
+    STATUSES_HELP,
+    CompareBody,
+    DrafterFields,
+    GenerateBody,
+    PromptFields,
+    SweepBody,
+)
 from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
 from backend.serving.model_cache import ModelCache
 from backend.serving.run_request import LaneSpec, RunRequest
-from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, Moment, name_problem
-
-MAX_PROMPT_CHARS = 60_000
-MAX_NEW_TOKENS = 2048
-MAX_RUNS_LISTED = 100_000
-MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
+from backend.serving.validation import ModelName, Moment, name_problem
 
 log = logging.getLogger(__name__)
-
-
-class DrafterChoice(CheckedBody):
-    drafter: str = "suffix"
-    draft_len: int | Literal["auto"] = "auto"
-
-    @field_validator("drafter")
-    @classmethod
-    def known_drafter(cls, name: str) -> str:
-        if name not in DRAFTER_NAMES:
-            raise ValueError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
-        return name
-
-    @field_validator("draft_len")
-    @classmethod
-    def draft_len_in_range(cls, value: int | str) -> int | str:
-        if value != "auto" and not 0 <= value <= MAX_DRAFT_LEN:
-            raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, or 'auto'")
-        return value
-
-    def lane(self) -> LaneSpec:
-        options = DrafterOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DrafterOptions)})
-        return LaneSpec(self.drafter, self.draft_len, options)
-
-
-# the drafter and every registered drafter's options (bounds and help from the registry)
-DrafterFields = create_model(
-    "DrafterFields",
-    __base__=DrafterChoice,
-    **{
-        info.name: (
-            info.kind | None if info.optional else info.kind,
-            Field(info.default, ge=info.ge, le=info.le, gt=info.gt, description=info.help),
-        )
-        for info in all_options()
-    },
-)
-
-
-class PromptFields(CheckedBody):
-    prompt: str | None = None
-    messages: list[str] | None = Field(None, description="user turns; each sees the model's earlier answers")
-    target: ModelName | None = None
-    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
-    temperature: float = Field(0.0, ge=0, le=10)
-    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1)
-    top_k: int = Field(0, ge=0, le=INT32_MAX)
-    seed: int = Field(0, description="any 64-bit integer")
-    stop: list[str] = []
-    baseline: bool = Field(True, description="also measure (or reuse) plain decoding of this prompt for speedup")
-    question_id: str | None = None
-    category: str | None = None
-
-    @model_validator(mode="after")
-    def one_prompt(self) -> PromptFields:
-        turns = self.turns()
-        if not turns or not all(t.strip() for t in turns):
-            raise ValueError("the prompt is empty: send `prompt` (text) or `messages` (a list of user turns)")
-        if sum(len(t) for t in turns) > MAX_PROMPT_CHARS:
-            raise ValueError(f"the prompt is too long: at most {MAX_PROMPT_CHARS} characters")
-        return self
-
-    def turns(self) -> list[str]:
-        return list(self.messages) if self.messages else ([self.prompt] if self.prompt is not None else [])
-
-
-class GenerateBody(PromptFields, DrafterFields):
-    pass
-
-
-class CompareBody(PromptFields):
-    lanes: list[DrafterFields] = Field(min_length=2, max_length=4)
-    replay: bool = Field(False, description="score every lane against one plain target rollout")
-
-
-class QuestionBody(BaseModel):
-    question_id: int | str
-    category: str = "uncategorized"
-    turns: list[str] = Field(min_length=1)
-
-
-class SweepBody(CheckedBody):
-    questions: list[QuestionBody] = Field(min_length=1, max_length=2000)
-    target: ModelName | None = None
-    drafters: list[str] = Field(min_length=1)
-    draft_lens: list[int | str] = Field(min_length=1)
-    batch_sizes: list[int] = Field(min_length=1)
-    max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
-    settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
-
-    @field_validator("drafters")
-    @classmethod
-    def known_drafters(cls, names: list[str]) -> list[str]:
-        for name in names:
-            DrafterFields.known_drafter(name)
-        return names
-
-    @field_validator("draft_lens")
-    @classmethod
-    def valid_lengths(cls, values: list[int | str]) -> list[int | str]:
-        for value in values:
-            try:
-                make_policy(value, free_drafter=True)
-            except SpecScopeError as error:
-                raise ValueError(str(error)) from error
-        return values
-
-    @field_validator("batch_sizes")
-    @classmethod
-    def valid_sizes(cls, sizes: list[int]) -> list[int]:
-        if any(not 1 <= size <= 256 for size in sizes):
-            raise ValueError("batch sizes must be between 1 and 256")
-        return sizes
 
 
 class WorkerSettings(BaseModel):
@@ -181,6 +76,7 @@ class WorkerSettings(BaseModel):
     model_budget_gb: float = 4.0
     token: str | None = None
     compile: str = "auto"  # the targets' passes: auto | on | off (target_passes.py)
+    reference: str | None = str(REFERENCE_DIR)  # reference Parquet folder imported at start; None: none
     log_file: str | None = None  # default: worker.log beside the store
 
 
@@ -188,6 +84,9 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     log_file = logs.configure(Path(settings.log_file) if settings.log_file else logs.default_log_file(store.path))
     log.info("worker starting: store %s, log %s", store.path, log_file)
+    imported = import_reference(store, Path(settings.reference) if settings.reference else None)
+    if imported:
+        log.info("imported %d reference sweep(s) from %s", imported, settings.reference)
     models = ModelCache(
         int(settings.model_budget_gb * 2**30),
         settings.device,
@@ -262,6 +161,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         return {
             "status": "ready" if ready else "loading",
             "loading": models.loading,
+            "loading_label": model_label(models.loading or settings.default_target),
             "warming": models.warming,
             "loaded": loaded,
             "error": state["preload_error"],
@@ -295,6 +195,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                     "defaults": defaults,
                     "available": name in available,
                     "weights": available.get(name),
+                    "card": drafter_card(available.get(name)),  # training summary and model card of those weights
                     "summary": REGISTRY[name].summary if name in REGISTRY else "plain decoding (no drafter)",
                     "trained": name in REGISTRY and REGISTRY[name].trained,
                     "options": [info.to_dict() for info in REGISTRY[name].option_infos()] if name in REGISTRY else [],
@@ -368,11 +269,23 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         "drafter and D, pooled and per category, over every stored step",
     )
     def acceptance(
-        target: str | None = None, drafter: str | None = None, category: str | None = None, split: str | None = None
+        target: str | None = None,
+        drafter: str | None = None,
+        category: str | None = None,
+        split: str | None = None,
+        kind: Annotated[list[str] | None, Query(description=KINDS_HELP)] = None,
+        status: Annotated[list[str] | None, Query(description=STATUSES_HELP)] = None,
     ) -> dict:
-        tables = store.acceptance_tables(target, drafter, category, split)
+        for given, allowed, name in ((kind, RUN_KINDS, "kind"), (status, RUN_STATUSES, "status")):
+            if given and set(given) - set(allowed):
+                raise HTTPException(422, f"{name}: choose from {', '.join(allowed)}")
+        tables = store.acceptance_tables(target, drafter, category, split, kind, status or DEFAULT_STATUSES)
         records = [tables[name].to_dict(orient="records") for name in ("runs", "histogram", "positions")]
-        return {"pooled": acceptance_groups(*records, pool_categories=True), "by_category": acceptance_groups(*records)}
+        return {
+            "pooled": acceptance_groups(*records, pool_categories=True),
+            "by_category": acceptance_groups(*records),
+            "reference": reference_labels(store, target),
+        }
 
     config_facts_cached = functools.lru_cache(maxsize=32)(config_facts)  # "default" hashes its GGUF file
 
@@ -383,8 +296,14 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             facts = config_facts_cached(spec, settings.allow_remote_code)
         except SpecScopeError as error:
             raise HTTPException(422, str(error)) from error
-        points = store.sweep_points(target=spec).to_dict(orient="records")
-        return _clean(codesign_report(facts, [_clean(p) for p in points], drafter))
+        # the user's own sweeps; the reference where there are none (the report says so). Configurations
+        # with a variant (a temperature or options a sweep varied) are left out: the rules are about D
+        points = store.sweep_points(target=spec, reference=False)
+        labels = [] if not points.empty else reference_labels(store, spec)
+        if labels:
+            points = store.sweep_points(target=spec, reference=True)
+        cleaned = [p for p in (_clean(p) for p in points.to_dict(orient="records")) if not p.get("variant")]
+        return _clean({**codesign_report(facts, cleaned, drafter), "reference": labels[0] if labels else None})
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(
@@ -411,6 +330,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             step["index"] = step.pop("step_index")
         return {**_clean(found), "steps": steps}
 
+    app.include_router(sweep_jobs.router(scheduler, SweepBody))
     app.state.store = store
     app.state.models = models
     return app
@@ -458,4 +378,17 @@ def serve(host: str, port: int, settings: WorkerSettings) -> None:
             f"refusing to listen on {host} without a token: set SPECSCOPE_TOKEN "
             "(clients then send it as a bearer token), or bind to 127.0.0.1"
         )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    app = create_app(settings)
+    store_path = app.state.store.path
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+
+    @contextlib.asynccontextmanager
+    async def published(_app):  # the URL file lives as long as the server (a SIGTERM shuts it down first)
+        discovery.publish(store_path, url)
+        try:
+            yield
+        finally:
+            discovery.withdraw(store_path)
+
+    app.router.lifespan_context = published
+    uvicorn.run(app, host=host, port=port, log_level="warning")

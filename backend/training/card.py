@@ -1,17 +1,21 @@
 """The model card written next to a trained drafter's weights (`README.md`): what it is, the data and
 tokens it saw, training time and hardware, the validation curve (loss and AL against training tokens),
-AL by D and category measured on the held-out prompt suite, and the command to train it further.
+AL by D and category measured on the held-out prompt suite, and the command to train it further;
+and the same facts as a machine-readable summary (`card.json`) the dashboard shows under the drafter
+picker.
 
 Knows nothing about the mechanisms; it formats what the training run measured.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
+from backend.drafters.shipped import CARD_FILE, MODEL_CARD_FILE
 from backend.lab.analysis import bootstrap_al_ci
 from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 from backend.training.loop import TrainReport, TrainSettings
@@ -41,6 +45,33 @@ def suite_acceptance(
     return rows
 
 
+def training_summary(
+    kind: str, target: LoadedModel, report: TrainReport, settings: TrainSettings, facts: dict, suite: list[dict] | None
+) -> dict:
+    """What card.json holds: the data, the training budget and time, the validation curve and the AL by
+    category and D on the evaluation suite (empty when it was not measured)."""
+    return {
+        "kind": kind,
+        "target": target.spec,
+        "target_fingerprint": target.fingerprint,
+        "data": facts["corpus"],
+        "train_sequence_tokens": facts["train_sequence_tokens"],
+        "validation_sequence_tokens": facts["validation_sequence_tokens"],
+        "training_tokens": report.steps * settings.rows * settings.window,
+        "steps": report.steps,
+        "seconds": round(report.seconds),
+        "device": facts["device"],
+        "dtype": facts["dtype"].removeprefix("torch."),
+        "hardware": facts["hardware"],
+        "validation_draft_len": settings.validation_draft_len,
+        "validation": [
+            {"tokens": v["tokens"], "validation_loss": round(v["validation_loss"], 4), "al": round(v["al"], 4)}
+            for v in report.validation
+        ],
+        "suite": suite or [],
+    }
+
+
 def write_card(
     out: Path,
     kind: str,
@@ -51,6 +82,8 @@ def write_card(
     facts: dict,
     suite: list[dict] | None = None,
 ) -> Path:
+    """Write card.json and README.md into `out`; returns the README's path."""
+    (out / CARD_FILE).write_text(json.dumps(training_summary(kind, target, report, settings, facts, suite), indent=1))
     lines = [
         f"# {out.name}: {kind} drafter for the target {target.spec}",
         "",
@@ -104,6 +137,6 @@ def write_card(
         f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32",
         "",
     ]
-    path = out / "README.md"
+    path = out / MODEL_CARD_FILE
     path.write_text("\n".join(lines))
     return path

@@ -75,3 +75,23 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
         self.stderr.close()
+
+
+def start_dashboard(worker_url: str, timeout: float = 60) -> tuple[subprocess.Popen, str]:
+    """The dashboard (`streamlit run app.py`, headless, on a free port) against the worker at `worker_url`,
+    started and answering its health check; returns the process and its URL."""
+    port = free_port()
+    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker_url, "SPECSCOPE_NO_AUTOSTART": "1"}
+    command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
+    command += ["--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
+                return server, url
+        except httpx.TransportError:
+            time.sleep(0.3)
+    server.terminate()
+    raise RuntimeError(f"the dashboard did not start within {timeout:.0f} s")

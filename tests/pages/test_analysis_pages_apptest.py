@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
+from tests.helpers.apptest import page
 from tests.helpers.tiny import save_tiny
-from tests.helpers.workers import ROOT, WorkerProcess
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=120)
+from tests.helpers.workers import WorkerProcess
 
 
 def tab_labels(at: AppTest) -> list[str]:
@@ -56,11 +53,11 @@ def test_codesign_page_reads_the_rules_and_the_measurements(swept_env):
     at = page("pages/codesign.py").run()
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["G (query heads per KV head)"] == "2" and metrics["Starting D = 128/G − 1"] == "63"
-    assert "63" in at.markdown[0].value  # the ladder
-    speedups = at.dataframe[0].value
+    assert metrics["G (query heads per KV head)"] == "2" and metrics["Suggested D"] == "63"
+    assert at.markdown[1].value.endswith(": 63")  # the ladder
+    speedups = at.dataframe[2].value  # after the ladder's rungs and the KV-cache cost
     assert list(speedups["draft_len"]) == [2, 4] and (speedups["predicted"] > 0).all()
-    recommended = at.dataframe[1].value
+    recommended = at.dataframe[3].value
     assert list(recommended["batch_size"]) == [1, 2]
     assert at.get("plotly_chart")
 

@@ -1,5 +1,6 @@
 """End to end in a real browser: Playwright driving Debian's chromium (never a downloaded browser)
-against `streamlit run app.py` and a worker serving the embedded default model.
+against `streamlit run app.py` and a worker serving the embedded default model (the fixtures are in
+conftest.py).
 
 Paste a prompt, run, see green and red tokens appear step by step; move the D slider and rerun;
 compare two drafters; open the run in History; after a small sweep, open the Pareto page and hover
@@ -9,23 +10,13 @@ a point to read its configuration. Screenshots go to artifacts/screenshots/ (git
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
-
-import httpx
-import pytest
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite
 from backend.serving.client import WorkerClient
-from tests.helpers.workers import ROOT, WorkerProcess, free_port
+from tests.helpers.browser import BROWSER_TEST, SHOTS
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = ROOT / "artifacts" / "screenshots"
 PROMPT = next(q for q in load_suite(DEFAULT_SUITE) if q.category == "code_editing").turns[0]
 
 # true once an output container of a run other than `arg` shows a token
@@ -41,83 +32,7 @@ def speedup_shown(page):
     return page.locator('[data-testid="stMetricValue"]', has_text=re.compile(r"^\s*\d+\.\d\dx\s*$"))
 
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium; .ci/run installs it)"
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def e2e_worker(tmp_path_factory):
-    worker = WorkerProcess(tmp_path_factory.mktemp("db") / "e2e.duckdb", "default")
-    worker.wait_ready()
-    yield worker
-    worker.stop()
-
-
-@pytest.fixture(scope="module")
-def dashboard(e2e_worker):
-    worker = e2e_worker
-    port = free_port()
-    env = {**os.environ, "SPECSCOPE_WORKER_URL": worker.url, "SPECSCOPE_NO_AUTOSTART": "1"}
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.port",
-            str(port),
-            "--server.headless",
-            "true",
-            "--browser.gatherUsageStats",
-            "false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if httpx.get(f"{url}/_stcore/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.3)
-    yield url
-    server.terminate()
-
-
-@pytest.fixture(scope="module")
-def browser_page(dashboard):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.set_default_timeout(120_000)
-        page.goto(dashboard)
-        page.get_by_text("Live speculative decoding").wait_for()
-        yield page
-        browser.close()
+pytestmark = BROWSER_TEST
 
 
 def type_prompt(page, text: str) -> None:
@@ -185,6 +100,9 @@ def test_compare_two_drafters(browser_page):
     page.get_by_role("link", name="Compare").click()
     page.get_by_text("Compare drafters").wait_for()
     type_prompt(page, PROMPT)
+    max_new = page.get_by_label("Max new tokens", exact=True).first  # each lane and the job's plain run decode it
+    max_new.fill("48")
+    max_new.press("Enter")
     page.get_by_role("button", name="Run all lanes").click()
     page.get_by_text("Summary").wait_for()
     page.locator(".js-plotly-plot").first.wait_for()

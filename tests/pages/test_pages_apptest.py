@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from tests.helpers.workers import ROOT
-
-TIMEOUT = 120
-PROMPT = "w5 w9 w13 w5 w9 w13 w22 w5 w9"
-
-
-def page(path: str) -> AppTest:
-    return AppTest.from_file(str(ROOT / path), default_timeout=TIMEOUT)
-
-
-def html_of(at: AppTest) -> str:
-    return "".join(element.proto.body for element in at.html)
+from tests.helpers.apptest import PROMPT, html_of, page
 
 
 def test_app_router_opens_the_live_page(worker_env):
@@ -33,10 +21,10 @@ def test_live_run_shows_coloured_tokens_metrics_and_speedup(worker_env):
     at.number_input(key="live_max_new").set_value(40)
     at.button(key="live_run").click().run()
     assert not at.exception
-    body = html_of(at)
-    assert 'class="ss-acc"' in body and 'class="ss-tgt"' in body
+    output = html_of(at).split('<div class="ss-out"', 1)[1]  # the run's tokens, not the legend above them
+    assert 'class="ss-acc"' in output and 'class="ss-tgt' in output
     metrics = {m.label: m.value for m in at.metric}
-    assert float(metrics["AL (mean acceptance length)"]) > 1.0
+    assert float(metrics["AL"]) > 1.0
     assert metrics["Speedup vs plain"].endswith("x")
     assert len(at.get("plotly_chart")) == 2
 
@@ -84,7 +72,7 @@ def test_compare_two_lanes_gives_a_summary_table(worker_env):
     at.button(key="cmp_run").click().run()
     assert not at.exception
     table = at.dataframe[0].value
-    assert list(table["drafter"]) == ["ngram", "suffix"] and (table["AL"] >= 1).all()
+    assert list(table["drafter"]) == ["ngram", "suffix"] and (table["AL"].astype(float) >= 1).all()
     assert len(at.get("plotly_chart")) == 1
 
 

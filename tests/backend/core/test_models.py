@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from backend.core.errors import ModelLoadError
-from backend.core.models import check_same_tokenizer, load_model, resolve_device, resolve_dtype
+from backend.core.models import check_same_tokenizer, load_model, model_label, resolve_device, resolve_dtype
 from tests.helpers.tiny import save_tiny, tiny_llama, tiny_tokenizer
 
 
@@ -127,3 +127,8 @@ def load_gguf_directly():
 
     path = embedded_default_path()
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+
+
+def test_the_default_spec_is_labelled_with_the_embedded_models_name():
+    assert model_label("default") == "SmolLM2-135M-Instruct (the embedded default)"
+    assert model_label("/models/my-llama") == "/models/my-llama"

@@ -85,3 +85,35 @@ def test_local_tree_includes_the_output_so_far():
     session.observe(StepOutcome([10, 11, 12, 13, 10, 11], 0))
     draft = session.propose(DraftRequest([1, 2, 3, 10, 11, 12, 13, 10, 11], 4, SamplingParams(), torch.Generator()))
     assert draft.tokens == [12, 13]
+
+
+def learnt(drafter: SuffixDrafter, prompt: list[int], output: list[int]) -> None:
+    session = drafter.start(prompt, {})
+    session.observe(StepOutcome(output, 0))
+    session.close()
+
+
+def test_a_fork_starts_from_the_parents_tree_and_keeps_what_it_learns_to_itself():
+    parent = SuffixDrafter(38.0, max_depth=8)
+    learnt(parent, [1, 2], [30, 31, 32, 33])
+    fork, other = parent.fork(), parent.fork()
+    request = DraftRequest([5, 6, 30, 31], 3, SamplingParams(), torch.Generator())
+    assert fork.start([5, 6], {}).propose(request).tokens == [32, 33]  # the parent's memory, from the start
+    assert fork.memory() == parent.memory() == {"sequences": 1, "tokens": 4}
+    learnt(fork, [7], [40, 41, 42, 43])
+    assert fork.memory() == {"sequences": 2, "tokens": 8} and fork.learned() == [[40, 41, 42, 43]]
+    assert parent.memory() == {"sequences": 1, "tokens": 4} and count(parent.global_tree, 40) == 0
+    assert other.learned() == [] and count(other.global_tree, 40) == 0  # a sibling fork sees none of it
+    parent.learn([40, 41, 42, 43])
+    assert count(parent.global_tree, 40, 41) == 1 and parent.memory()["sequences"] == 2
+
+
+def test_a_copied_tree_has_the_same_counts_and_child_order():
+    tree = SuffixTree(4)
+    tree.extend(0, [3, 1, 2, 3, 2, 1])
+    copy = tree.copy()
+    assert list(copy.root.children) == list(tree.root.children) == [3, 1, 2]
+    copy.extend(1, [9])
+    assert count(tree, 9) == 0 and count(copy, 9) == 1
+    for path in ([3], [1, 2], [2, 3, 2], [2, 1]):
+        assert count(copy, *path) == count(tree, *path)

@@ -51,7 +51,7 @@ def test_a_version_3_file_gains_the_software_columns_and_keeps_its_runs(tmp_path
     )
     db.close()
     store = RunStore(path)
-    assert store.schema_version() == 4
+    assert store.schema_version() == MIGRATIONS[-1][0]
     old = store.run("old")
     assert old["status"] == "complete" and old["specscope_version"] is None and old["git_commit"] is None
     store.start_run(run_row("new", specscope_version="0.1.0", git_commit="abc123"))
@@ -109,20 +109,6 @@ def test_runs_steps_and_filters(tmp_path):
     assert json.loads(store.run("r2")["turns"]) == ["hello"]
     with pytest.raises(ValueError):
         store.finish_run("r1", target="evil")  # only result fields may change
-
-
-def test_a_baseline_is_a_single_sequence_plain_run_on_the_same_path(tmp_path):
-    store = RunStore(tmp_path / "base.duckdb")
-    same = {"target_fingerprint": "f", "max_new_tokens": 8, "temperature": 0.0, "device": "cpu", "draft_len": 0}
-    for run_id, kind, compile, speed in [
-        ("eager", "generate", "off", 10.0),
-        ("batched", "sweep", "on", 99.0),
-        ("compiled", "baseline", "on", 30.0),
-    ]:
-        store.start_run(run_row(run_id, kind=kind, compile=compile, **same))
-        store.finish_run(run_id, status="complete", tokens_per_s=speed)
-    assert store.baseline_tokens_per_s("f", ["hello"], 8, 0.0, "cpu", "on") == 30.0
-    assert store.baseline_tokens_per_s("f", ["hello"], 8, 0.0, "cpu", "off") == 10.0
 
 
 def test_the_sql_aggregates_equal_the_acceptance_counter_on_the_same_stored_runs(tmp_path):

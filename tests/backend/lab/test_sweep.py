@@ -96,8 +96,12 @@ def test_codesign_from_points(swept):
 
 
 def test_codesign_without_measurements_gives_the_rules():
-    analysis = codesign_report({"num_attention_heads": 9, "num_key_value_heads": 3}, [])
+    analysis = codesign_report({"num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}, [])
     assert analysis["G"] == 3 and analysis["d_ladder"] == [] and "measured" not in analysis
+    assert analysis["d_suggested"] == 41 and "127" in analysis["ladder_note"]
+    assert analysis["head_dim"] == 64 and not analysis["head_dim_from_config"]  # 576 / 9
+    given = codesign_report({"num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}, [])
+    assert given["head_dim"] == 128 and given["head_dim_from_config"] and given["d_ladder"] == [15, 31, 47, 63]
 
 
 def test_sweep_and_codesign_command_lines(tiny, tmp_path):

@@ -41,6 +41,7 @@ def stream(worker, path: str, body: dict, headers: dict | None = None) -> list[d
 def test_health_and_models(worker, tiny_folder):
     health = httpx.get(worker.url + "/health").json()
     assert health["status"] == "ready" and tiny_folder in health["loaded"]
+    assert health["loading_label"] == tiny_folder  # what the dashboard's loading message names
     models = httpx.get(worker.url + "/models").json()
     [target] = models["targets"]
     assert target["spec"] == tiny_folder and target["facts"]["G"] == 2 and target["facts"]["num_layers"] == 4
@@ -95,11 +96,12 @@ def test_a_compiling_worker_says_so_then_stores_compiled_runs(tiny_folder, tmp_p
         compiling.stop()
 
 
-def test_plain_run_is_reused_as_the_baseline(worker):
+def test_every_job_measures_its_own_plain_baseline(worker):
     body = {"prompt": "w30 w31 w32", "drafter": "suffix", "draft_len": 2, "max_new_tokens": 20}
-    first = [r["type"] for r in stream(worker, "/generate", body)]
-    second = [r["type"] for r in stream(worker, "/generate", {**body, "draft_len": 3})]
-    assert "baseline" in first and "baseline" not in second
+    first = [r for r in stream(worker, "/generate", body) if r["type"] == "baseline"]
+    second = [r for r in stream(worker, "/generate", body) if r["type"] == "baseline"]
+    assert len(first) == len(second) == 1 and first[0]["run_id"] != second[0]["run_id"]
+    assert first[0]["how"] == second[0]["how"] == "interleaved" and second[0]["measured_at"]
 
 
 def test_compare_streams_lanes_together_and_replay(worker):

@@ -89,11 +89,12 @@ def send(url: str, method: str, path: str, params: dict, body) -> list[str]:
     target = f"{url}{path}?{query}" if query else url + path
     with httpx.stream(method, target, content=content, headers=headers, timeout=60) as reply:
         assert reply.status_code < 500, f"{method} {path} {params} {body!r} -> {reply.status_code}: {reply.read()}"
-        texts = [line for line in reply.iter_lines() if line]
-        if reply.status_code >= 400:
-            error = json.loads(texts[0])["error"]
+        if reply.status_code >= 400:  # one JSON body, which may hold U+0085 or U+2028 raw: not split in lines
+            text = reply.read().decode()
+            error = json.loads(text)["error"]
             assert isinstance(error, str) and error, f"{method} {path}: a 4xx without a message"
-    return texts
+            return [text]
+        return [line for line in reply.iter_lines() if line]
 
 
 def test_no_request_drawn_from_the_schema_breaks_the_worker(fuzzed_worker):

@@ -1,0 +1,164 @@
+"""The request bodies of the worker's endpoints (pydantic models): each field's bounds and help, and
+the checks that span fields (one prompt, known drafters, D values a policy accepts, sweepable option
+values). A body that fails becomes a 422 with one sentence per problem (worker.py's handler).
+
+Knows nothing about routes, jobs or the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+
+from backend.core.errors import SpecScopeError
+from backend.core.policy import MAX_DRAFT_LEN, make_policy
+from backend.drafters import DRAFTER_NAMES, DrafterOptions, all_options
+from backend.lab.store import DEFAULT_KINDS, DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES
+from backend.lab.sweep import check_option_values
+from backend.serving.run_request import LaneSpec
+from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, name_problem
+
+MAX_PROMPT_CHARS = 60_000
+MAX_NEW_TOKENS = 2048
+MAX_RUNS_LISTED = 100_000
+KINDS_HELP = f"run kinds to count (default {', '.join(DEFAULT_KINDS)}; any of {', '.join(RUN_KINDS)})"
+STATUSES_HELP = f"run statuses to count (default {', '.join(DEFAULT_STATUSES)}; any of {', '.join(RUN_STATUSES)})"
+MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
+
+
+class DrafterChoice(CheckedBody):
+    drafter: str = "suffix"
+    draft_len: int | Literal["auto"] = "auto"
+
+    @field_validator("drafter")
+    @classmethod
+    def known_drafter(cls, name: str) -> str:
+        if name not in DRAFTER_NAMES:
+            raise ValueError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
+        return name
+
+    @field_validator("draft_len")
+    @classmethod
+    def draft_len_in_range(cls, value: int | str) -> int | str:
+        if value != "auto" and not 0 <= value <= MAX_DRAFT_LEN:
+            raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, or 'auto'")
+        return value
+
+    def lane(self) -> LaneSpec:
+        options = DrafterOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DrafterOptions)})
+        return LaneSpec(self.drafter, self.draft_len, options)
+
+
+# the drafter and every registered drafter's options (bounds and help from the registry)
+DrafterFields = create_model(
+    "DrafterFields",
+    __base__=DrafterChoice,
+    **{
+        info.name: (
+            info.kind | None if info.optional else info.kind,
+            Field(info.default, ge=info.ge, le=info.le, gt=info.gt, description=info.help),
+        )
+        for info in all_options()
+    },
+)
+
+
+class PromptFields(CheckedBody):
+    prompt: str | None = None
+    messages: list[str] | None = Field(None, description="user turns; each sees the model's earlier answers")
+    target: ModelName | None = None
+    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
+    temperature: float = Field(0.0, ge=0, le=10)
+    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1)
+    top_k: int = Field(0, ge=0, le=INT32_MAX)
+    seed: int = Field(0, description="any 64-bit integer")
+    stop: list[str] = []
+    baseline: bool = Field(True, description="decode the prompt plainly in the same job too, for the speedup")
+    question_id: str | None = None
+    category: str | None = None
+
+    @model_validator(mode="after")
+    def one_prompt(self) -> PromptFields:
+        turns = self.turns()
+        if not turns or not all(t.strip() for t in turns):
+            raise ValueError("the prompt is empty: send `prompt` (text) or `messages` (a list of user turns)")
+        if sum(len(t) for t in turns) > MAX_PROMPT_CHARS:
+            raise ValueError(f"the prompt is too long: at most {MAX_PROMPT_CHARS} characters")
+        return self
+
+    def turns(self) -> list[str]:
+        return list(self.messages) if self.messages else ([self.prompt] if self.prompt is not None else [])
+
+
+class GenerateBody(PromptFields, DrafterFields):
+    pass
+
+
+class CompareBody(PromptFields):
+    lanes: list[DrafterFields] = Field(min_length=2, max_length=4)
+    replay: bool = Field(False, description="score every lane against one plain target rollout")
+
+
+class QuestionBody(BaseModel):
+    question_id: int | str
+    category: str = "uncategorized"
+    turns: list[str] = Field(min_length=1)
+
+
+class SweepBody(CheckedBody):
+    questions: list[QuestionBody] = Field(min_length=1, max_length=2000)
+    target: ModelName | None = None
+    drafters: list[str] = Field(min_length=1)
+    draft_lens: list[int | str] = Field(min_length=1)
+    batch_sizes: list[int] = Field(min_length=1)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_NEW_TOKENS)
+    temperatures: list[float] = Field([0.0], min_length=1, max_length=16, description="0 = greedy")
+    options: dict[str, list[int | float | str]] = Field(
+        default_factory=dict, description="drafter option -> values to sweep, e.g. {'ngram_max': [2, 3, 4]}"
+    )
+    settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
+
+    @field_validator("temperatures")
+    @classmethod
+    def valid_temperatures(cls, values: list[float]) -> list[float]:
+        if any(not 0 <= t <= 10 for t in values):
+            raise ValueError("temperatures must be between 0 and 10")
+        return values
+
+    @model_validator(mode="after")
+    def valid_options(self) -> SweepBody:
+        try:
+            self.options = check_option_values(self.drafters, self.options)
+        except SpecScopeError as error:
+            raise ValueError(str(error)) from error
+        for path in self.options.get("drafter_path", []):
+            problem = name_problem(path)
+            if problem:
+                raise ValueError(f"drafter_path: {problem}")
+        return self
+
+    @field_validator("drafters")
+    @classmethod
+    def known_drafters(cls, names: list[str]) -> list[str]:
+        for name in names:
+            DrafterFields.known_drafter(name)
+        return names
+
+    @field_validator("draft_lens")
+    @classmethod
+    def valid_lengths(cls, values: list[int | str]) -> list[int | str]:
+        for value in values:
+            try:
+                make_policy(value, free_drafter=True)
+            except SpecScopeError as error:
+                raise ValueError(str(error)) from error
+        return values
+
+    @field_validator("batch_sizes")
+    @classmethod
+    def valid_sizes(cls, sizes: list[int]) -> list[int]:
+        if any(not 1 <= size <= 256 for size in sizes):
+            raise ValueError("batch sizes must be between 1 and 256")
+        return sizes

@@ -1,0 +1,93 @@
+"""Sweeps over temperature and drafter options besides D and B: every configuration measured once,
+labelled with what it varied, stored so the pages tell the configurations apart, and bad option
+values refused with a clear message."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.core.errors import SpecScopeError
+from backend.drafters import DrafterOptions
+from backend.lab.analysis import acceptance_groups
+from backend.lab.store import RunStore
+from backend.lab.sweep import check_option_values, option_grid, run_sweep, variant_label
+from tests.helpers.reference import QUESTIONS
+
+
+@pytest.fixture(scope="module")
+def swept(tiny, tmp_path_factory):
+    store = RunStore(tmp_path_factory.mktemp("dims") / "runs.duckdb")
+    report = run_sweep(
+        tiny,
+        QUESTIONS,
+        ["ngram", "suffix"],
+        [0, 3],
+        [2],
+        12,
+        DrafterOptions(),
+        store,
+        temperatures=[0.0, 0.8],
+        option_values={"ngram_max": ["2", "3"]},
+    )
+    return store, report
+
+
+def test_every_temperature_and_option_value_is_its_own_configuration(swept):
+    _, report = swept
+    configs = {(p["drafter"], p["variant"], p["draft_len"]) for p in report["points"]}
+    assert configs == {
+        ("none", None, 0),
+        ("none", "T=0.8", 0),
+        ("ngram", "ngram_max=2", 3),
+        ("ngram", "ngram_max=3", 3),
+        ("ngram", "T=0.8, ngram_max=2", 3),
+        ("ngram", "T=0.8, ngram_max=3", 3),
+        ("suffix", None, 3),
+        ("suffix", "T=0.8", 3),
+    }
+    greedy = [p for p in report["points"] if not (p["variant"] or "").startswith("T=")]
+    sampled = [p for p in report["points"] if (p["variant"] or "").startswith("T=")]
+    assert all(p["lossless"] is True for p in greedy)  # reproduces plain greedy decoding
+    assert all(p["lossless"] is None for p in sampled)  # sampled: no single output to compare with
+
+
+def test_the_store_keeps_the_configurations_apart(swept):
+    store, report = swept
+    points = store.sweep_points(sweep_id=report["sweep_id"])
+    overall = points[(points["category"] == "all") & (points["split"] == "all")]
+    assert len(overall) == 8
+    row = overall[overall["variant"] == "T=0.8, ngram_max=2"].iloc[0]
+    assert row["temperature"] == 0.8 and '"ngram_max": 2' in row["drafter_options"]
+    runs = store.runs(kind="sweep")
+    assert set(runs[runs["drafter"] == "ngram"]["temperature"]) == {0.0, 0.8}
+    tables = [t.to_dict(orient="records") for t in store.acceptance_tables(target=runs["target"][0]).values()]
+    names = {g["drafter"] for g in acceptance_groups(*tables, pool_categories=True)}
+    assert names == {
+        "ngram [ngram_max=2]",
+        "ngram [ngram_max=3]",
+        "ngram [T=0.8, ngram_max=2]",
+        "ngram [T=0.8, ngram_max=3]",
+        "suffix",
+        "suffix [T=0.8]",
+    }
+
+
+def test_option_values_are_checked_against_the_registry():
+    assert check_option_values(["ngram"], {"ngram-max": ["2", "4"]}) == {"ngram_max": [2, 4]}
+    with pytest.raises(SpecScopeError, match="unknown drafter option 'window'"):
+        check_option_values(["ngram"], {"window": ["2"]})
+    with pytest.raises(SpecScopeError, match="no drafter swept has option 'suffix_max_depth'"):
+        check_option_values(["ngram"], {"suffix_max_depth": ["8"]})
+    with pytest.raises(SpecScopeError, match="ngram_max must be >= 1 and <= 16"):
+        check_option_values(["ngram"], {"ngram_max": ["99"]})
+    with pytest.raises(SpecScopeError, match="must be an int"):
+        check_option_values(["ngram"], {"ngram_max": ["two"]})
+
+
+def test_grid_and_labels():
+    values = {"ngram_max": [2, 3], "suffix_max_depth": [8]}
+    assert option_grid("ngram", values) == [{"ngram_max": 2}, {"ngram_max": 3}]
+    assert option_grid("suffix", values) == [{"suffix_max_depth": 8}]
+    assert option_grid("none", values) == [{}]
+    assert variant_label(0.0, {}) is None
+    assert variant_label(0.7, {"drafter_path": "/x/y/eagle3-run2"}) == "T=0.7, drafter_path=eagle3-run2"
