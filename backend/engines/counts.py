@@ -52,3 +52,26 @@ class EngineCounts:
             reached_per_position=at_least[: len(accepted)],
             histogram=[at_least[j] - (at_least[j + 1] if j + 1 < len(at_least) else 0) for j in range(len(at_least))],
         )
+
+
+@dataclass(frozen=True)
+class ReplyAcceptance:
+    """What an engine reports about one reply (SGLang's `meta_info`, llama.cpp's `timings`): tokens generated,
+    target passes (verify steps) and, where reported, draft tokens proposed and accepted. Such engines do not
+    count the steps that drafted, so the AL they give is tokens per target pass (the bonus token included),
+    which equals vLLM's AL where every step drafts and is lower where some steps draft nothing."""
+
+    generated: int
+    target_passes: int
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.generated / self.target_passes if self.target_passes else 1.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        if self.drafted_tokens is None or self.accepted_tokens is None:
+            return None
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0

@@ -1,15 +1,16 @@
 """Engines' speculative-decoding counters read into SpecScope's acceptance figures: vLLM's Prometheus text
 (two engines summed, `_created` samples skipped, a server without speculation), differences between two
 reads, the rebuilt per-position and histogram counts checked against the local counter fed the same steps,
-and llama.cpp's per-reply timings."""
+llama.cpp's per-reply timings and SGLang's per-reply meta_info."""
 
 from __future__ import annotations
 
 import pytest
 
 from backend.core.metrics import AcceptanceCounter
-from backend.engines.counts import EngineCounts
+from backend.engines.counts import EngineCounts, ReplyAcceptance
 from backend.engines.llamacpp import llamacpp_acceptance
+from backend.engines.sglang import sglang_acceptance
 from backend.engines.vllm import spec_decode_counts
 
 
@@ -70,8 +71,18 @@ def test_llamacpp_timings_give_tokens_per_pass():
     figures = llamacpp_acceptance(
         {"predicted_n": 665, "predicted_ms": 20629.2, "draft_n": 604, "draft_n_accepted": 515}
     )
-    assert figures["target_passes"] == 150 and figures["tokens_per_pass"] == pytest.approx(665 / 150)
-    assert figures["acceptance_rate"] == pytest.approx(515 / 604)
+    assert figures == ReplyAcceptance(generated=665, target_passes=150, drafted_tokens=604, accepted_tokens=515)
+    assert figures.tokens_per_pass == pytest.approx(665 / 150) and figures.acceptance_rate == pytest.approx(515 / 604)
     assert llamacpp_acceptance({"predicted_n": 20, "predicted_ms": 300.0}) is None
     with pytest.raises(ValueError, match="inconsistent"):
         llamacpp_acceptance({"predicted_n": 20, "draft_n": 5, "draft_n_accepted": 9})
+
+
+def test_sglang_meta_info_gives_its_own_acceptance_length():
+    figures = sglang_acceptance({"completion_tokens": 512, "spec_verify_ct": 160})
+    assert figures.tokens_per_pass == pytest.approx(3.2) and figures.acceptance_rate is None
+    counted = sglang_acceptance(
+        {"completion_tokens": 512, "spec_verify_ct": 160, "spec_draft_token_num": 640, "spec_accept_token_num": 352}
+    )
+    assert counted.acceptance_rate == pytest.approx(352 / 640)
+    assert sglang_acceptance({"completion_tokens": 40, "spec_verify_ct": 0}) is None
