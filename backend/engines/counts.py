@@ -41,8 +41,11 @@ class EngineCounts:
 
     def counter(self) -> AcceptanceCounter:
         """The counts as SpecScope's acceptance counter (AL, survival, conditional, histogram), with the
-        reached-per-position counts and histogram rebuilt for fixed-length drafts."""
+        reached-per-position counts and histogram rebuilt for fixed-length drafts (left empty where the
+        engine does not count per position)."""
         accepted = self.accepted_per_position
+        if not accepted:
+            return AcceptanceCounter(self.drafts, self.drafted_tokens, self.accepted_tokens)
         at_least = [self.drafts, *accepted]  # index j: steps that accepted at least j drafts
         return AcceptanceCounter(
             drafts=self.drafts,

@@ -1,7 +1,7 @@
 """Engines' speculative-decoding counters read into SpecScope's acceptance figures: vLLM's Prometheus text
 (two engines summed, `_created` samples skipped, a server without speculation), differences between two
 reads, the rebuilt per-position and histogram counts checked against the local counter fed the same steps,
-llama.cpp's per-reply timings and SGLang's per-reply meta_info."""
+llama.cpp's per-reply timings, SGLang's per-reply meta_info and TensorRT-LLM's iteration statistics."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from backend.core.metrics import AcceptanceCounter
 from backend.engines.counts import EngineCounts, ReplyAcceptance
 from backend.engines.llamacpp import llamacpp_acceptance
 from backend.engines.sglang import sglang_acceptance
+from backend.engines.tensorrt_llm import tensorrt_llm_counts
 from backend.engines.vllm import spec_decode_counts
 
 
@@ -86,3 +87,16 @@ def test_sglang_meta_info_gives_its_own_acceptance_length():
     )
     assert counted.acceptance_rate == pytest.approx(352 / 640)
     assert sglang_acceptance({"completion_tokens": 40, "spec_verify_ct": 0}) is None
+
+
+def test_tensorrt_llm_iterations_sum_to_its_acceptance_length():
+    def iteration(requests: int, drafted: int, accepted: int) -> dict:
+        stats = {"numDraftTokens": drafted, "numAcceptedTokens": accepted, "numRequestsWithDraftTokens": requests}
+        return {"iter": 1, "iterLatencyMS": 20.0, "specDecodingStats": stats}
+
+    iterations = [iteration(0, 0, 0), iteration(4, 16, 10), iteration(2, 8, 2), {"iter": 9}]
+    counts = tensorrt_llm_counts(iterations)
+    assert counts == EngineCounts(drafts=6, drafted_tokens=24, accepted_tokens=12)
+    stats = counts.counter().stats()
+    assert stats.al == pytest.approx(1 + 12 / 6) and stats.acceptance_rate == pytest.approx(0.5)
+    assert stats.survival == []  # not counted per position by this engine
