@@ -1,0 +1,37 @@
+"""A measured point against each engine's protocol (a fake engine, tests/backend/engines/fake_engine.py,
+that streams two tokens per step with one of three drafts accepted): every request is streamed and timed,
+and the AL comes out as 2 from the server's counters (vLLM, TensorRT-LLM) or from each reply (SGLang,
+llama.cpp), counting only what happened during the point."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.engines.adapters import ADAPTERS, adapter_for
+from backend.engines.measure import measure_point
+from tests.backend.engines.fake_engine import DRAFT, FakeEngine
+
+PROMPTS = ["one", "two", "three", "four", "five"]
+
+
+@pytest.mark.parametrize("engine", sorted(ADAPTERS))
+def test_a_point_streams_every_request_and_reads_the_engines_acceptance(engine):
+    with FakeEngine(engine) as server:
+        adapter = adapter_for(engine)
+        measure_point(server.url, adapter, PROMPTS[:2], concurrency=1, max_tokens=4)  # counted, then left out
+        point = measure_point(server.url, adapter, PROMPTS, concurrency=2, max_tokens=8)
+    assert point["engine"] == engine and point["requests"] == 5 and point["new_tokens"] == 40
+    assert point["throughput_tps"] > 0 and point["interactivity_tps"] > 0
+    assert point["ttft_ms_p50"] > 0 and point["tpot_ms_p50"] > 0
+    assert point["al"] == pytest.approx(2.0)
+    counted = engine in ("vllm", "tensorrt_llm")
+    assert point["al_from"] == ("server counters" if counted else "tokens per target pass")
+    if engine != "sglang":  # SGLang's meta_info here has no draft counts
+        assert point["acceptance_rate"] == pytest.approx(1 / DRAFT)
+    if engine == "vllm":
+        assert point["survival"] == pytest.approx([1.0, 0.0, 0.0])
+
+
+def test_an_unknown_engine_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown engine 'tgi': choose one of"):
+        adapter_for("tgi")
