@@ -5,8 +5,11 @@ llama.cpp), counting only what happened during the point."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from backend.cli.main import main
 from backend.engines.adapters import ADAPTERS, adapter_for
 from backend.engines.measure import measure_point
 from tests.backend.engines.fake_engine import DRAFT, FakeEngine
@@ -35,3 +38,20 @@ def test_a_point_streams_every_request_and_reads_the_engines_acceptance(engine):
 def test_an_unknown_engine_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown engine 'tgi': choose one of"):
         adapter_for("tgi")
+
+
+def test_the_command_line_measures_each_concurrency(capsys):
+    with FakeEngine("vllm") as server:
+        code = main(
+            ["bench", "engine", "--engine", "vllm", "--url", server.url, "--per-category", "1"]
+            + ["--concurrency", "1,3", "--max-new-tokens", "6", "--json"]
+        )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [p["concurrency"] for p in report["points"]] == [1, 3]
+    assert all(p["al"] == pytest.approx(2.0) and p["requests"] == 9 for p in report["points"])
+
+
+def test_an_unreachable_engine_is_one_sentence(capsys):
+    code = main(["bench", "engine", "--engine", "llamacpp", "--url", "http://127.0.0.1:9", "--per-category", "1"])
+    assert code == 2 and "cannot measure the llamacpp server at http://127.0.0.1:9" in capsys.readouterr().err
