@@ -1,7 +1,9 @@
 """A stand-in for a serving engine with speculative decoding, speaking each engine's protocol the way
 backend/engines/adapters.py reads it: every request streams `max_tokens` tokens in steps of two (one
-accepted draft of three, plus the target's own token), and the server counts the steps as vLLM and
-TensorRT-LLM do. AL is therefore exactly 2 whichever way an adapter reads it."""
+accepted draft of `draft` proposed, plus the target's own token), and the server counts the steps as
+vLLM and TensorRT-LLM do. AL is therefore exactly 2 whichever way an adapter reads it, and the
+acceptance rate 1 / draft. `python -m tests.backend.engines.fake_engine --engine vllm --port N
+--draft-len D` runs one as a server, as a launch template would."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ DRAFT = 3  # drafts proposed per step; one is accepted
 
 
 class FakeEngine:
-    def __init__(self, engine: str) -> None:
+    def __init__(self, engine: str, draft: int = DRAFT) -> None:
         self.engine = engine
+        self.draft = draft
         self.steps = 0
         self.pending_iterations: list[dict] = []  # TensorRT-LLM's: handed out once
         self.app = self._app()
@@ -43,11 +46,15 @@ class FakeEngine:
 
     def _count(self, steps: int) -> None:
         self.steps += steps
-        stats = {"numDraftTokens": DRAFT * steps, "numAcceptedTokens": steps, "numRequestsWithDraftTokens": steps}
+        stats = {"numDraftTokens": self.draft * steps, "numAcceptedTokens": steps, "numRequestsWithDraftTokens": steps}
         self.pending_iterations.append({"iter": len(self.pending_iterations), "specDecodingStats": stats})
 
     def _app(self) -> FastAPI:
         app = FastAPI()
+
+        @app.get("/health")
+        async def health():
+            return {"status": "ok"}
 
         def sse(chunks) -> StreamingResponse:
             async def lines():
@@ -75,12 +82,12 @@ class FakeEngine:
             labels = 'engine="0",model_name="fake"'
             text = (
                 f"vllm:spec_decode_num_drafts_total{{{labels}}} {self.steps}\n"
-                f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {DRAFT * self.steps}\n"
+                f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {self.draft * self.steps}\n"
                 f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {self.steps}\n"
                 + "".join(
                     f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{k}"}} '
                     f"{self.steps if k == 0 else 0}\n"
-                    for k in range(DRAFT)
+                    for k in range(self.draft)
                 )
             )
             return PlainTextResponse(text)
@@ -99,8 +106,25 @@ class FakeEngine:
             tokens = (await request.json())["n_predict"]
             steps = tokens // 2
             chunks = [{"content": "ab", "stop": False} for _ in range(steps)]
-            timings = {"predicted_n": tokens, "predicted_ms": 10.0, "draft_n": DRAFT * steps, "draft_n_accepted": steps}
+            timings = {
+                "predicted_n": tokens,
+                "predicted_ms": 10.0,
+                "draft_n": self.draft * steps,
+                "draft_n_accepted": steps,
+            }
             chunks.append({"content": "", "stop": True, "timings": timings})
             return sse(chunks)
 
         return app
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engine", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--draft-len", type=int, default=DRAFT)
+    options = parser.parse_args()
+    fake = FakeEngine(options.engine, options.draft_len)
+    uvicorn.run(fake.app, port=options.port, log_level="error")

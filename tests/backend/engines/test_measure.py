@@ -6,7 +6,9 @@ llama.cpp), counting only what happened during the point."""
 from __future__ import annotations
 
 import json
+import sys
 
+import httpx
 import pytest
 
 from backend.cli.main import main
@@ -54,4 +56,28 @@ def test_the_command_line_measures_each_concurrency(capsys):
 
 def test_an_unreachable_engine_is_one_sentence(capsys):
     code = main(["bench", "engine", "--engine", "llamacpp", "--url", "http://127.0.0.1:9", "--per-category", "1"])
-    assert code == 2 and "cannot measure the llamacpp server at http://127.0.0.1:9" in capsys.readouterr().err
+    assert code == 2 and "cannot measure the llamacpp server" in capsys.readouterr().err
+
+
+def test_launch_starts_one_server_per_d_and_stops_it(capsys):
+    template = (
+        f"{sys.executable} -m tests.backend.engines.fake_engine --engine vllm --port {{port}} --draft-len {{draft_len}}"
+    )
+    code = main(
+        ["bench", "engine", "--engine", "vllm", "--launch", template, "--draft-lens", "2,4"]
+        + ["--per-category", "1", "--concurrency", "2", "--max-new-tokens", "4", "--json"]
+    )
+    assert code == 0
+    points = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["points"]
+    assert [p["draft_len"] for p in points] == [2, 4]
+    assert [p["acceptance_rate"] for p in points] == pytest.approx([1 / 2, 1 / 4])  # each server had its own D
+    for point in points:  # stopped afterwards
+        with pytest.raises(httpx.TransportError):
+            httpx.get(point["url"] + "/health", timeout=2)
+
+
+def test_a_launched_server_that_exits_is_one_message(capsys):
+    code = main(
+        ["bench", "engine", "--engine", "vllm", "--launch", f"{sys.executable} -c 'print(1)'", "--draft-lens", "2"]
+    )
+    assert code == 2 and "the server exited with code 0 before it was up" in capsys.readouterr().err
