@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from backend.cli.common import load_target, quiet_libraries
+from backend.cli.engine import add_engine_parser
 from backend.cli.generate import generate_command
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE
@@ -140,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_args(reference, REFERENCE_PRESET)
     reference.add_argument("--out", type=Path, default=REFERENCE_DIR, help=f"output folder (default {REFERENCE_DIR})")
     reference.set_defaults(handler=lambda args: _bench("reference", args))
+
+    add_engine_parser(bench)
 
     stream = bench.add_parser(
         "stream",

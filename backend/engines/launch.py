@@ -1,0 +1,73 @@
+"""Start a serving engine for one configuration and stop it after: D is a server-start option in vLLM,
+SGLang, TensorRT-LLM and llama.cpp, so a sweep over D is one server per D. The user gives the command as
+a template; `{draft_len}` and `{port}` in it are replaced (plain text replacement, so the JSON braces of a
+`--speculative-config` stay as written), the command runs without a shell, and the server counts as up
+once GET /health answers 200 (all four engines serve it). Its output goes to a log file whose end is
+quoted if it never comes up. Knows nothing about what is measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_command(template: str, draft_len: int | str, port: int) -> list[str]:
+    """The template with its placeholders filled, split as a shell would (but run without one)."""
+    return shlex.split(template.replace("{draft_len}", str(draft_len)).replace("{port}", str(port)))
+
+
+@contextlib.contextmanager
+def launched_server(template: str, draft_len: int | str, timeout_s: float = 1800.0) -> Iterator[str]:
+    """Run the server for this D on a free loopback port until the block ends; yields its URL."""
+    port = free_port()
+    command = launch_command(template, draft_len, port)
+    log_path = Path(tempfile.mkdtemp(prefix="specscope-engine-")) / "server.log"
+    with log_path.open("w") as log:
+        try:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as error:
+            raise RuntimeError(f"cannot start `{command[0]}`: {error.strerror}") from error
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_for_health(process, url, timeout_s, log_path)
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_for_health(process: subprocess.Popen, url: str, timeout_s: float, log_path: Path) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode} before it was up:\n{_tail(log_path)}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the server did not answer {url}/health within {timeout_s:.0f} s:\n{_tail(log_path)}")
+
+
+def _tail(log_path: Path, lines: int = 20) -> str:
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
