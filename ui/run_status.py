@@ -19,7 +19,7 @@ from datetime import datetime
 import streamlit as st
 
 HOW_MEASURED = {
-    "interleaved": "decoded in this job, one step in turn with the drafting lanes",
+    "interleaved": "decoded in this job, interleaved token for token with the drafting lanes",
     "before": "decoded in this job just before the lanes (the rollout replay scores them against)",
     "plain lane": "this job's plain lane",
 }

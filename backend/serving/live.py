@@ -1,5 +1,6 @@
-"""Live runs: the lanes of one request decoded together, one step of each in turn, each streamed as
-it goes and stored in batches, with running figures for the live view and a summary at the end.
+"""Live runs: the lanes of one request decoded together, token for token (the lane furthest behind
+takes the next step), each streamed as it goes and stored in batches, with running figures for the live
+view and a summary at the end.
 
 Every figure compares like with like, within the job:
   - the speedup divides by plain decoding of the same prompt and settings measured in this job
@@ -93,6 +94,7 @@ class LaneRun:
     last_flush: float = field(default_factory=time.perf_counter)
     turns: list[TurnResult] = field(default_factory=list)
     ended_at: str | None = None
+    tokens: int = 0  # tokens emitted so far: the lane with the fewest takes the next step
 
 
 class LiveRuns:
@@ -172,20 +174,25 @@ class LiveRuns:
         return LaneRun(None, PLAIN_LANE, run_id, runner.stream(request.turns, None, request.settings(0)))
 
     def _interleave(self, job: Job, runner: Runner, recorder: RunRecorder, lanes: list[LaneRun]) -> None:
-        """Advance every lane one step in turn, so lanes stream together."""
+        """Advance the lanes together, token for token: the lane that has emitted the fewest tokens takes
+        the next step (the first listed on a tie), so every lane, the hidden plain one included, is at
+        the same point of the text at the same time and they finish together. A change of machine load
+        then falls on them alike; one step of each in turn would leave the plain lane decoding alone
+        for most of its steps once a lane with AL 3 had finished."""
         active = list(lanes)
         try:
             while active:
-                for lane in list(active):
-                    job.check()
-                    item = next(lane.events, None)
-                    if item is None:
-                        active.remove(lane)
-                        lane.ended_at = measured_now()
-                    elif isinstance(item[1], TurnResult):
-                        lane.turns.append(item[1])
-                    else:
-                        self._on_step(job, runner, recorder, lane, *item)
+                job.check()
+                lane = min(active, key=lambda candidate: candidate.tokens)
+                item = next(lane.events, None)
+                if item is None:
+                    active.remove(lane)
+                    lane.ended_at = measured_now()
+                elif isinstance(item[1], TurnResult):
+                    lane.turns.append(item[1])
+                else:
+                    lane.tokens += len(item[1].emitted)
+                    self._on_step(job, runner, recorder, lane, *item)
         except JobCancelled:
             for lane in lanes:
                 self._flush(recorder, lane)

@@ -5,11 +5,12 @@ Where the baseline comes from (live.py picks):
   - a plain lane the request asked for is the baseline itself (nothing more is decoded);
   - replay decodes the plain rollout before the lanes (they are scored against it), so that run,
     measured immediately before them, is the baseline;
-  - otherwise one hidden plain lane is stepped in turn with the drafting lanes (one step of each,
-    round after round). Interleaving is the fairest order at no extra cost: a change of machine load
-    during the job (another process, a cooling CPU) falls on the plain run and the lanes alike,
-    where a plain run just before or after the lanes would miss it; and the plain decoding is done
-    once per job whatever the order, shared by every lane.
+  - otherwise one hidden plain lane is interleaved with the drafting lanes, token for token (the lane
+    that has emitted the fewest tokens takes the next step, so a plain lane takes about AL steps for
+    each step of a drafting lane and all finish together). Interleaving is the fairest order at no
+    extra cost: a change of machine load during the job (another process, a cooling CPU) falls on
+    the plain run and the lanes alike, where a plain run just before or after the lanes would miss
+    it; and the plain decoding is done once per job whatever the order, shared by every lane.
 A plain run stored earlier is never reused: it was measured at another time under other load.
 
 Whether a lane's output should equal the plain run's token for token: with greedy decoding yes (the
@@ -36,7 +37,7 @@ from backend.serving.jobs import Job, JobCancelled
 from backend.serving.run_request import PLAIN_LANE, LaneSpec, RunRequest
 
 # how each kind of baseline was measured, as the dashboard says it
-INTERLEAVED = "interleaved"  # a hidden plain lane stepped in turn with the lanes
+INTERLEAVED = "interleaved"  # a hidden plain lane interleaved with the lanes, token for token
 BEFORE = "before"  # the replay rollout, decoded immediately before the lanes
 PLAIN_LANE_BASELINE = "plain lane"  # the request's own plain lane
 

@@ -80,7 +80,7 @@ def test_compare_marks_identity_memory_and_the_shared_baseline(worker_env):
     memory = list(table["drafter memory at start"])
     assert memory[0] == memory[1]  # both lanes start from one snapshot
     assert [message.value.split(":")[0] for message in at.success] == ["Lane 1", "Lane 2"]
-    assert "decoded in this job, one step in turn with the drafting lanes" in captions(at)
+    assert "decoded in this job, interleaved token for token with the drafting lanes" in captions(at)
     assert run_status.MEMORY_POLICY in captions(at)
 
 
