@@ -147,9 +147,9 @@ class AdaptiveDraftLength:
 
 
 class ScheduledDraftLength:
-    """D chosen by how many sequences decode together, as vLLM's `num_speculative_tokens_per_batch_size`
-    and TensorRT-LLM's `draft_len_schedule` do: the entry of the largest batch size not above the
-    current one (0 turns drafting off)."""
+    """D chosen by how many sequences decode together: the entry of the largest batch size not above the
+    current one (0 turns drafting off). TensorRT-LLM's `draft_len_schedule` reads its keys the other way
+    round (upper bounds); backend/drafters/engine_settings.py converts for its export."""
 
     label = "schedule"
 
