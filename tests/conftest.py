@@ -24,6 +24,14 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def tiny_folder(tiny, tmp_path_factory) -> str:
+    """The tiny model saved as a Hugging Face folder: a target a worker process can load."""
+    from tests.helpers.tiny import save_tiny
+
+    return str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
+
+
+@pytest.fixture(scope="session")
 def tiny_other():
     """A different random model with the same tokenizer: a weak external draft."""
     return tiny_llama(seed=1, layers=2)

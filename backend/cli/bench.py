@@ -287,21 +287,52 @@ def _progress_bar():
     return bar, progress
 
 
-def bench_sweep(args: argparse.Namespace) -> int:
+def _reachable_worker(args: argparse.Namespace):
+    """The worker to store through: $SPECSCOPE_WORKER_URL, else the one holding --db's store (it publishes
+    its URL beside it); None when --local was asked for or none answers."""
     from backend.serving.client import WorkerClient, WorkerError
     from backend.serving.discovery import published_url
 
+    if args.local:
+        return None
+    worker = WorkerClient(os.environ.get("SPECSCOPE_WORKER_URL") or published_url(args.db))
+    try:
+        worker.health()
+    except WorkerError:
+        return None
+    return worker
+
+
+def _engine_sweep(args: argparse.Namespace, worker) -> int:
+    """`bench sweep --engine`: the points stored through the worker, else into the --db file."""
+    from backend.cli.engine import bench_engine_sweep
+    from backend.serving.client import WorkerError, WorkerSweepSink
+
+    sink = WorkerSweepSink(worker) if worker else _open_store(args.db)
+    try:
+        code = bench_engine_sweep(args, sink)
+    except WorkerError as error:
+        raise SpecScopeError(str(error)) from error
+    except KeyError as error:  # --resume of a sweep the store does not have
+        raise SpecScopeError(error.args[0]) from error
+    finally:
+        if worker is None:
+            sink.close()
+    print(f"(stored {'by the worker at ' + worker.url if worker else 'in ' + str(sink.path)})", file=sys.stderr)
+    return code
+
+
+def bench_sweep(args: argparse.Namespace) -> int:
+    from backend.serving.client import WorkerError
+
+    worker = _reachable_worker(args)
+    if args.engine:
+        return _engine_sweep(args, worker)
     questions = _checked_questions(args)
     record = _sweep_record(args, questions)
-    # $SPECSCOPE_WORKER_URL, else the worker that holds the store (it publishes its URL beside it)
-    worker = None if args.local else WorkerClient(os.environ.get("SPECSCOPE_WORKER_URL") or published_url(args.db))
     bar, progress = _progress_bar()
     with bar:
-        try:
-            if worker is None:
-                raise WorkerError("local run asked for")
-            worker.health()
-        except WorkerError:
+        if worker is None:
             report = _sweep_locally(args, questions, record, progress)
         else:
             report = None

@@ -1,98 +1,105 @@
-"""`bench engine`: measure a running serving engine (vLLM, SGLang, TensorRT-LLM's trtllm-serve or
-llama.cpp's llama-server) on the suite's prompts, one point per concurrency, with the same figures as
-`bench sweep` (throughput, interactivity, TTFT, TPOT, AL). D is a server-start option in these engines:
-either measure a server already running (--url), or give --launch, a command template with {draft_len}
-and {port}, and --draft-lens, and one server per D is started, measured and stopped.
+"""`bench sweep --engine ...`: a sweep against a serving engine (vLLM, SGLang, TensorRT-LLM's trtllm-serve
+or llama.cpp's llama-server) on the suite's prompts, one point per (D, concurrency), stored beside
+SpecScope's own sweeps (through the worker when one answers, else into the DuckDB file). D is a
+server-start option in these engines: either measure a server already running (--url), or give --launch,
+a command template with {draft_len} and {port}, and --draft-lens, and one server per D is started,
+measured and stopped.
 
-    python -m backend bench engine --engine vllm --url http://localhost:8000 --concurrency 1,4,16
-    python -m backend bench engine --engine vllm --draft-lens 2,4 --launch "vllm serve MODEL --port {port}
+    python -m backend bench sweep --engine vllm --url http://localhost:8000 --concurrency 1,4,16
+    python -m backend bench sweep --engine vllm --draft-lens 2,4 --launch "vllm serve MODEL --port {port}
         --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": {draft_len}}'"
+
+The measuring is lab/engine_sweep.py; this module parses, picks where points go, and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-
-import httpx
+import sys
 
 from backend.core.errors import SpecScopeError
-from backend.engines.adapters import ADAPTERS, adapter_for
-from backend.engines.launch import launched_server
-from backend.engines.measure import measure_point
-from backend.lab.prompts import DEFAULT_SUITE, load_suite
+from backend.engines.adapters import ADAPTERS
+from backend.lab.engine_sweep import EngineSweep, run_engine_sweep
+from backend.lab.prompts import load_suite
 
 
-def _levels(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated concurrency levels, got {text!r}") from None
-    if not levels or any(level < 1 for level in levels):
-        raise argparse.ArgumentTypeError("concurrency levels must be whole numbers of at least 1")
-    return levels
-
-
-def add_engine_parser(bench) -> None:
-    engine = bench.add_parser(
-        "engine",
-        help="measure a running vLLM / SGLang / TensorRT-LLM / llama.cpp server at several concurrencies",
-        description=__doc__.split("\n\n")[0],
+def add_engine_args(sweep: argparse.ArgumentParser) -> None:
+    """The flags `bench sweep` takes to measure a serving engine instead of SpecScope's own."""
+    group = sweep.add_argument_group(
+        "measuring a serving engine",
+        "With --engine, the sweep measures a vLLM / SGLang / TensorRT-LLM / llama.cpp server: D comes from "
+        "--draft-lens (one server launched per D) and --batch-sizes are the request concurrencies; "
+        "--drafters, --temperatures and --option apply to SpecScope's engine only.",
     )
-    engine.add_argument("--engine", required=True, choices=sorted(ADAPTERS))
-    where = engine.add_mutually_exclusive_group(required=True)
+    group.add_argument("--engine", choices=sorted(ADAPTERS), help="the serving engine to measure")
+    where = group.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running server's base URL, e.g. http://localhost:8000")
-    where.add_argument("--launch", help="a server command template with {draft_len} and {port} (needs --draft-lens)")
-    engine.add_argument("--draft-lens", type=_levels, help="with --launch: the D values, one server each")
-    engine.add_argument("--launch-timeout", type=float, default=1800.0, help="seconds a launched server may take")
-    engine.add_argument("--model", help="the model name the OpenAI-compatible engines expect")
-    engine.add_argument("--token", help="a bearer token, where the server needs one")
-    engine.add_argument("--suite", default=str(DEFAULT_SUITE), help="a question.jsonl suite (default: shipped)")
-    engine.add_argument("--per-category", type=int, default=2)
-    engine.add_argument("--concurrency", type=_levels, default=[1, 4, 16])
-    engine.add_argument("--max-new-tokens", type=int, default=128)
-    engine.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
-    engine.set_defaults(handler=bench_engine)
+    where.add_argument("--launch", help="a server command template with {draft_len} and {port}")
+    group.add_argument("--server-draft-len", type=int, help="with --url: the D the running server was started with")
+    group.add_argument("--method", default="spec", help="the engine's speculative method, for the points' labels")
+    group.add_argument("--hardware", help="where the engine runs (default: this machine for --launch)")
+    group.add_argument("--model", help="the model name the OpenAI-compatible engines expect in requests")
+    group.add_argument("--token", help="a bearer token, where the server needs one")
+    group.add_argument("--launch-timeout", type=float, default=1800.0, help="seconds a launched server may take")
+    group.add_argument("--resume", metavar="SWEEP_ID", help="measure only what this stored engine sweep lacks")
 
 
-def bench_engine(args: argparse.Namespace) -> int:
-    if args.launch and not args.draft_lens:
-        raise SpecScopeError("--launch needs --draft-lens: the D values to start a server for")
-    prompts = [q.turns[0] for q in load_suite(args.suite, per_category=args.per_category)]
-    print(
-        f"{'D':>4}{'concurrency':>12}{'tok/s':>9}{'tok/s/user':>12}{'TTFT p50 ms':>13}{'TPOT p50 ms':>13}"
-        f"{'AL':>7}  AL from"
-    )
-    points = []
-    for draft_len in args.draft_lens if args.launch else [None]:
-        try:
-            if args.launch:
-                with launched_server(args.launch, draft_len, args.launch_timeout) as url:
-                    points += _measure_levels(args, url, draft_len, prompts)
-            else:
-                points += _measure_levels(args, args.url, None, prompts)
-        except httpx.HTTPError as error:
-            raise SpecScopeError(f"cannot measure the {args.engine} server: {error}") from error
-        except RuntimeError as error:  # a refused request or a server that did not start (the message says why)
-            raise SpecScopeError(str(error)) from error
+def bench_engine_sweep(args: argparse.Namespace, sink) -> int:
+    """The engine sweep into `sink` (the store, or the worker's client); its table, and --json's line."""
+    if any(not isinstance(d, int) or d < 0 for d in args.draft_lens):
+        raise SpecScopeError("an engine's D values are whole numbers (a server is started for each)")
+    if not (args.url or args.launch):
+        raise SpecScopeError("--engine needs --url (a running server) or --launch (a command template)")
+    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
+    record = {"suite": str(args.suite), "categories": args.categories, "per_category": args.per_category}
+    try:
+        sweep = EngineSweep(
+            engine=args.engine,
+            prompts=[q.turns[0] for q in questions],
+            concurrency=args.batch_sizes,
+            max_new_tokens=args.max_new_tokens,
+            url=args.url,
+            launch=args.launch,
+            draft_lens=args.draft_lens if args.launch else [d for d in [args.server_draft_len] if d is not None],
+            method=args.method,
+            target=args.target,
+            hardware=args.hardware,
+            model=args.model,
+            token=args.token,
+            launch_timeout_s=args.launch_timeout,
+            settings=record,
+        )
+    except ValueError as error:
+        raise SpecScopeError(str(error)) from error
+
+    def progress(label: str, done: int, total: int) -> None:
+        print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)
+
+    report = run_engine_sweep(sweep, sink, progress, args.resume)
+    print(format_engine_table(report))
     if args.json:
-        print(json.dumps({"engine": args.engine, "url": args.url, "launch": args.launch, "points": points}))
+        print(json.dumps(report))
     return 0
 
 
-def _measure_levels(args: argparse.Namespace, url: str, draft_len: int | None, prompts: list[str]) -> list[dict]:
-    """One point per concurrency level against the server at `url` (a fresh adapter: its own counters)."""
-    adapter = adapter_for(args.engine)
-    points = []
-    for level in args.concurrency:
-        point = {"draft_len": draft_len, "url": url}
-        point |= measure_point(url, adapter, prompts, level, args.max_new_tokens, args.model, args.token)
-        points.append(point)
-        al = f"{point['al']:.2f}" if point["al"] is not None else "-"
-        print(
-            f"{draft_len if draft_len is not None else '-':>4}{level:>12}{point['throughput_tps']:>9.1f}"
-            f"{point['interactivity_tps'] or 0:>12.1f}{point['ttft_ms_p50'] or 0:>13.0f}"
-            f"{point['tpot_ms_p50'] or 0:>13.1f}{al:>7}  {point['al_from'] or '-'}",
-            flush=True,
+def format_engine_table(report: dict) -> str:
+    lines = [
+        f"engine sweep {report['sweep_id']}: {report['status']}, {len(report['points'])} points measured now",
+        "",
+        f"{'drafter':<26}{'D':>7}{'conc.':>6}{'tok/s':>9}{'tok/s/user':>12}{'TTFT p50 ms':>13}{'TPOT p50 ms':>13}"
+        f"{'AL':>7}  AL from",
+    ]
+    for p in report["points"]:
+        head = f"{p['drafter']:<26}{p['draft_len']:>7}{p['batch_size']:>6}"
+        if p["status"] == "failed":
+            lines.append(f"{head}  failed: {p['error'].splitlines()[0][:200]}")
+            continue
+        al = f"{p['al']:.2f}" if p["al"] is not None else "-"
+        lines.append(
+            f"{head}{p['throughput_tps']:>9.1f}{p['interactivity_tps'] or 0:>12.1f}"
+            f"{1000 * (p['ttft_s'] or 0):>13.0f}{1000 * (p['tpot_s_p50'] or 0):>13.1f}{al:>7}  {p['al_from'] or '-'}"
         )
-    return points
+    if report["status"] == "incomplete":
+        lines += ["", f"some points failed; measure them again with --resume {report['sweep_id']}"]
+    return "\n".join(lines)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from backend.cli.common import load_target, quiet_libraries
-from backend.cli.engine import add_engine_parser
+from backend.cli.engine import add_engine_args
 from backend.cli.generate import generate_command
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE
@@ -119,9 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = bench.add_parser(
         "sweep",
-        help="drafters x D x batch sizes, stored in DuckDB, with the Pareto frontier",
+        help="drafters x D x batch sizes, stored in DuckDB, with the Pareto frontier (or a serving engine's)",
         description="Runs the grid with the batched engine and stores every point (through "
-        "the worker when one answers, else directly into the DuckDB file).",
+        "the worker when one answers, else directly into the DuckDB file). With --engine, measures "
+        "a vLLM, SGLang, TensorRT-LLM or llama.cpp server instead, one point per D and concurrency.",
     )
     grid = {"drafters": ["ngram", "suffix"], "draft_lens": [0, 2, 4, 8], "batch_sizes": [1, 2, 4, 8, 16]}
     _add_sweep_args(sweep, grid)
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", help="the DuckDB store: its worker (which publishes its URL beside it) is used when running"
     )
     sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
+    add_engine_args(sweep)
     sweep.set_defaults(handler=lambda args: _bench("sweep", args))
 
     reference = bench.add_parser(
@@ -141,8 +143,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_args(reference, REFERENCE_PRESET)
     reference.add_argument("--out", type=Path, default=REFERENCE_DIR, help=f"output folder (default {REFERENCE_DIR})")
     reference.set_defaults(handler=lambda args: _bench("reference", args))
-
-    add_engine_parser(bench)
 
     stream = bench.add_parser(
         "stream",
@@ -284,7 +284,9 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
         default=defaults["draft_lens"],
         help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)",
     )
-    parser.add_argument("--batch-sizes", type=_sizes, default=defaults["batch_sizes"])
+    parser.add_argument(
+        "--batch-sizes", "--concurrency", type=_sizes, default=defaults["batch_sizes"], help="engines: concurrency"
+    )
     parser.add_argument(
         "--temperatures", type=_temperatures, default=[0.0], help="comma-separated; 0 = greedy (default 0)"
     )

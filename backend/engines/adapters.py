@@ -2,10 +2,26 @@
 token count and the speculative-decoding figures out of its stream, and how to read its server-wide
 counters. `measure.py` drives any of them the same way.
 
-    vllm          POST /v1/completions (OpenAI, stream, usage in the last chunk); counters: GET /metrics (Prometheus)
-    tensorrt_llm  POST /v1/completions (trtllm-serve, OpenAI); counters: GET /metrics (iteration statistics, JSON)
+    vllm          POST /v1/chat/completions (OpenAI, stream, usage in the last chunk); counters: GET /metrics
+                  (Prometheus)
+    tensorrt_llm  POST /v1/chat/completions (trtllm-serve, OpenAI); counters: GET /metrics (iteration
+                  statistics, JSON)
     sglang        POST /generate (native, stream; cumulative text and meta_info in every chunk); per reply
-    llamacpp      POST /completion (llama-server, stream; timings in the last chunk); per reply
+    llamacpp      POST /v1/chat/completions (llama-server, OpenAI; `timings` in the last chunk,
+                  tools/server/server-task.cpp); per reply
+
+Each prompt is sent as one user turn of a chat, so the server applies the model's chat template as
+SpecScope's own engine does; SGLang's native /generate (the route that reports verify counts) takes the
+prompt as raw text.
+
+and where each says its version (stored with every engine sweep):
+
+    vllm          GET /version          {"version"}      vllm/entrypoints/openai/api_server.py
+    tensorrt_llm  GET /version          {"version"}      tensorrt_llm/serve/openai_server.py
+    sglang        GET /get_server_info  {"version", ...} python/sglang/srt/entrypoints/http_server.py
+    llamacpp      GET /props            {"build_info"}   tools/server/server-context.cpp (get_res_props)
+
+All four list the served model at GET /v1/models (OpenAI's `data[0].id`).
 
 Greedy (temperature 0) throughout, as the local engine's acceptance figures are. Knows nothing about the
 store or the worker; the parsing of each engine's figures is in its own module beside this one.
@@ -33,6 +49,8 @@ class StreamRequest:
 
 class EngineAdapter(Protocol):
     name: str
+    version_path: str  # GET it for the server's version ...
+    version_key: str  # ... found under this key of the JSON reply
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest: ...
 
@@ -47,16 +65,16 @@ class EngineAdapter(Protocol):
         ...
 
 
-class OpenAICompletions:
-    """The OpenAI-compatible streamed completion vLLM and trtllm-serve share."""
+class OpenAIChat:
+    """The OpenAI-compatible streamed chat completion vLLM, trtllm-serve and llama-server share."""
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
-        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-        body["stream_options"] = {"include_usage": True}
-        return StreamRequest("/v1/completions", body | ({"model": model} if model else {}))
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        return StreamRequest("/v1/chat/completions", body | ({"model": model} if model else {}))
 
     def text_so_far(self, chunk: dict, previous: str) -> str:
-        return previous + "".join(choice.get("text") or "" for choice in chunk.get("choices") or [])
+        return previous + "".join((c.get("delta") or {}).get("content") or "" for c in chunk.get("choices") or [])
 
     def tokens_so_far(self, chunk: dict) -> int | None:
         return (chunk.get("usage") or {}).get("completion_tokens")
@@ -65,8 +83,9 @@ class OpenAICompletions:
         return None
 
 
-class VllmAdapter(OpenAICompletions):
+class VllmAdapter(OpenAIChat):
     name = "vllm"
+    version_path, version_key = "/version", "version"
 
     def read_counts(self, http: httpx.Client) -> EngineCounts | None:
         reply = http.get("/metrics")
@@ -74,10 +93,11 @@ class VllmAdapter(OpenAICompletions):
         return spec_decode_counts(reply.text)
 
 
-class TensorRTLLMAdapter(OpenAICompletions):
+class TensorRTLLMAdapter(OpenAIChat):
     """trtllm-serve hands each iteration's statistics out once, so the adapter keeps the running totals."""
 
     name = "tensorrt_llm"
+    version_path, version_key = "/version", "version"
 
     def __init__(self) -> None:
         self.total = EngineCounts(0, 0, 0)
@@ -96,6 +116,7 @@ class TensorRTLLMAdapter(OpenAICompletions):
 
 class SGLangAdapter:
     name = "sglang"
+    version_path, version_key = "/get_server_info", "version"
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
         sampling = {"max_new_tokens": max_tokens, "temperature": 0}
@@ -114,19 +135,9 @@ class SGLangAdapter:
         return None
 
 
-class LlamaCppAdapter:
+class LlamaCppAdapter(OpenAIChat):
     name = "llamacpp"
-
-    def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
-        return StreamRequest(
-            "/completion", {"prompt": prompt, "n_predict": max_tokens, "temperature": 0, "stream": True}
-        )
-
-    def text_so_far(self, chunk: dict, previous: str) -> str:
-        return previous + (chunk.get("content") or "")
-
-    def tokens_so_far(self, chunk: dict) -> int | None:
-        return (chunk.get("timings") or {}).get("predicted_n")
+    version_path, version_key = "/props", "build_info"
 
     def reply_acceptance(self, chunk: dict) -> ReplyAcceptance | None:
         return llamacpp_acceptance(chunk["timings"]) if chunk.get("timings") else None
@@ -147,3 +158,25 @@ def adapter_for(engine: str) -> EngineAdapter:
     if engine not in ADAPTERS:
         raise ValueError(f"unknown engine '{engine}': choose one of {', '.join(ADAPTERS)}")
     return ADAPTERS[engine]()
+
+
+def _json_reply(http: httpx.Client, path: str) -> dict | None:
+    """GET `path` as a JSON object; None where the server has no such route or says something else."""
+    try:
+        reply = http.get(path, timeout=10)
+        found = reply.json() if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def engine_version(http: httpx.Client, adapter: EngineAdapter) -> str | None:
+    """The version the server reports (see the module docstring); None where it does not say."""
+    found = (_json_reply(http, adapter.version_path) or {}).get(adapter.version_key)
+    return str(found) if found is not None else None
+
+
+def served_model(http: httpx.Client) -> str | None:
+    """The first model the server lists at GET /v1/models; None where it lists none."""
+    models = (_json_reply(http, "/v1/models") or {}).get("data") or []
+    return str(models[0].get("id")) if models and isinstance(models[0], dict) and models[0].get("id") else None

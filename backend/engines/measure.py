@@ -1,5 +1,6 @@
-"""One measured point against a running serving engine: a prompt set sent at a fixed concurrency, every
-request streamed, and the figures SpecScope's own sweeps store.
+"""One measured point against a running serving engine: a prompt set sent at a fixed concurrency (the
+point's batch size), every request streamed, and the figures SpecScope's own sweeps store, under the
+store's column names (TTFT as its median `ttft_s` and 90th percentile, TPOT likewise).
 
     TTFT        = first streamed text - request sent
     TPOT        = (last text - first text) / (completion tokens - 1)      per request
@@ -98,17 +99,16 @@ def measure_point(
     ttfts = [t.first - t.sent for t in timings if t.first is not None]
     tpots = [t.tpot_s for t in timings if t.tpot_s is not None]
     point = {
-        "engine": adapter.name,
-        "concurrency": concurrency,
-        "requests": len(timings),
+        "batch_size": concurrency,
+        "prompts": len(timings),
         "new_tokens": tokens,
         "wall_s": wall,
         "throughput_tps": tokens / wall if wall > 0 else 0.0,
         "interactivity_tps": 1 / statistics.mean(tpots) if tpots else None,
-        "ttft_ms_p50": 1000 * _percentile(ttfts, 0.5) if ttfts else None,
-        "ttft_ms_p90": 1000 * _percentile(ttfts, 0.9) if ttfts else None,
-        "tpot_ms_p50": 1000 * _percentile(tpots, 0.5) if tpots else None,
-        "tpot_ms_p90": 1000 * _percentile(tpots, 0.9) if tpots else None,
+        "ttft_s": _percentile(ttfts, 0.5),
+        "ttft_s_p90": _percentile(ttfts, 0.9),
+        "tpot_s_p50": _percentile(tpots, 0.5),
+        "tpot_s_p90": _percentile(tpots, 0.9),
     }
     return point | _acceptance(before, after, [t.acceptance for t in timings if t.acceptance])
 

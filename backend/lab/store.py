@@ -6,7 +6,7 @@ Only the worker process writes (the dashboard reads through the worker). A run i
 marks them `incomplete`, so they are kept (with the steps that were stored) but never shown as
 complete. No method accepts SQL text from outside: filters are typed arguments.
 
-The migrations are the one declaration of the schema: the columns (and their types) that rows are
+The migrations (store_schema.py) are the one declaration of the schema: the columns (and their types) that rows are
 written with are read back from the migrated file when it opens.
 
 Knows nothing about models or HTTP; it stores plain dicts and returns pandas DataFrames.
@@ -27,164 +27,9 @@ import pandas as pd
 import pyarrow as pa
 
 from backend.core.paths import user_data
+from backend.lab.store_schema import DEFAULT_KINDS, DEFAULT_STATUSES, FINAL_FIELDS, MIGRATIONS, TABLES
 
 DEFAULT_DB = user_data() / "specscope.duckdb"
-
-MIGRATIONS: list[tuple[int, str]] = [
-    (
-        1,
-        """
-        CREATE TABLE runs (
-            run_id VARCHAR PRIMARY KEY,
-            group_id VARCHAR,               -- the lanes of one comparison share a group
-            lane INTEGER,
-            kind VARCHAR NOT NULL,          -- generate | compare | replay | baseline | bench
-            status VARCHAR NOT NULL,        -- running | complete | cancelled | failed | incomplete
-            created_at TIMESTAMP NOT NULL,
-            finished_at TIMESTAMP,
-            turns JSON NOT NULL,            -- the user turns, as a JSON list of strings
-            question_id VARCHAR,
-            category VARCHAR,
-            target VARCHAR NOT NULL,
-            target_fingerprint VARCHAR,
-            drafter VARCHAR NOT NULL,
-            drafter_options JSON,
-            draft_len VARCHAR NOT NULL,     -- an integer D, or 'auto'
-            temperature DOUBLE,
-            top_p DOUBLE,
-            top_k INTEGER,
-            seed BIGINT,
-            max_new_tokens INTEGER,
-            device VARCHAR,
-            dtype VARCHAR,
-            torch_version VARCHAR,
-            transformers_version VARCHAR,
-            prompt_tokens INTEGER,
-            new_tokens INTEGER,
-            al DOUBLE,
-            acceptance_rate DOUBLE,
-            tokens_per_s DOUBLE,
-            decode_s DOUBLE,
-            prefill_s DOUBLE,
-            baseline_tokens_per_s DOUBLE,
-            output_text VARCHAR,
-            finish_reason VARCHAR,
-            error VARCHAR
-        );
-        CREATE TABLE steps (
-            run_id VARCHAR NOT NULL,
-            turn INTEGER NOT NULL,
-            step_index INTEGER NOT NULL,
-            draft_len INTEGER,
-            drafted INTEGER[],
-            draft_probs DOUBLE[],
-            target_probs DOUBLE[],
-            accepted INTEGER,
-            target_token INTEGER,
-            target_token_prob DOUBLE,
-            emitted INTEGER[],
-            draft_s DOUBLE,
-            verify_s DOUBLE,
-            stop_reason VARCHAR,
-            finish_reason VARCHAR,
-            drafted_text VARCHAR[],         -- each token decoded alone, for display
-            emitted_text VARCHAR[],
-            target_text VARCHAR
-        );
-        CREATE INDEX steps_by_run ON steps (run_id);
-    """,
-    ),
-    (
-        2,
-        """
-        ALTER TABLE runs ADD COLUMN batch_size INTEGER;
-        ALTER TABLE runs ADD COLUMN split VARCHAR;     -- prompt length split: short, medium, long
-        CREATE TABLE sweeps (
-            sweep_id VARCHAR PRIMARY KEY,
-            created_at TIMESTAMP NOT NULL,
-            finished_at TIMESTAMP,
-            status VARCHAR NOT NULL,
-            target VARCHAR NOT NULL,
-            target_fingerprint VARCHAR,
-            device VARCHAR,
-            settings JSON                  -- suite, drafters, draft lengths, batch sizes, tokens
-        );
-        CREATE TABLE sweep_points (
-            sweep_id VARCHAR NOT NULL,
-            drafter VARCHAR NOT NULL,
-            draft_len VARCHAR NOT NULL,
-            batch_size INTEGER NOT NULL,
-            category VARCHAR NOT NULL,      -- 'all', or one category
-            split VARCHAR NOT NULL,         -- 'all', or one prompt-length split
-            prompts INTEGER,
-            new_tokens INTEGER,
-            wall_s DOUBLE,
-            throughput_tps DOUBLE,          -- generated tokens/s across the batch, prefill included
-            decode_throughput_tps DOUBLE,
-            interactivity_tps DOUBLE,       -- tokens/s per user = 1 / mean TPOT
-            ttft_s DOUBLE,
-            al DOUBLE,
-            al_ci_low DOUBLE,
-            al_ci_high DOUBLE,
-            acceptance_rate DOUBLE,
-            histogram INTEGER[],
-            survival DOUBLE[],
-            conditional DOUBLE[],
-            draft_s_mean DOUBLE,
-            verify_s_mean DOUBLE,
-            rho DOUBLE,
-            lossless BOOLEAN
-        );
-    """,
-    ),
-    (
-        3,
-        """
-        ALTER TABLE runs ADD COLUMN compile VARCHAR;  -- on | off: the target's passes compiled or eager
-        ALTER TABLE sweep_points ADD COLUMN compile VARCHAR;
-    """,
-    ),
-    (
-        4,
-        """
-        ALTER TABLE runs ADD COLUMN specscope_version VARCHAR;  -- the worker's package version
-        ALTER TABLE runs ADD COLUMN git_commit VARCHAR;         -- its checkout's commit; NULL outside git
-        ALTER TABLE sweep_points ADD COLUMN specscope_version VARCHAR;
-        ALTER TABLE sweep_points ADD COLUMN git_commit VARCHAR;
-    """,
-    ),
-    (
-        5,
-        """
-        ALTER TABLE runs ADD COLUMN variant VARCHAR;  -- what a sweep varied besides D and B: 'T=0.7, ngram_max=2'
-        ALTER TABLE sweep_points ADD COLUMN variant VARCHAR;
-        ALTER TABLE sweep_points ADD COLUMN temperature DOUBLE;
-        ALTER TABLE sweep_points ADD COLUMN drafter_options JSON;
-        ALTER TABLE sweeps ADD COLUMN reference VARCHAR;  -- a shipped reference sweep's label; NULL: the user's
-    """,
-    ),
-]
-RUN_KINDS = ("generate", "compare", "replay", "sweep", "reference")  # 'generate' is a Live run
-RUN_STATUSES = ("complete", "cancelled", "incomplete", "failed")
-DEFAULT_KINDS = ("generate", "compare", "sweep")  # replay scores a stored rollout; reference is shipped data
-DEFAULT_STATUSES = ("complete", "incomplete")  # a cancelled run stopped where the user chose
-TABLES = ("runs", "steps", "sweep_points")  # written in bulk with the column types the migrations declared
-
-FINAL_FIELDS = {
-    "status",
-    "finished_at",
-    "new_tokens",
-    "al",
-    "acceptance_rate",
-    "tokens_per_s",
-    "decode_s",
-    "prefill_s",
-    "baseline_tokens_per_s",
-    "output_text",
-    "finish_reason",
-    "error",
-    "prompt_tokens",
-}
 
 
 def _equal_to(*pairs: tuple[str, object]) -> tuple[list[str], list]:
@@ -398,18 +243,61 @@ class RunStore:
 
     # -- sweeps --------------------------------------------------------------------------------
 
-    def start_sweep(self, sweep_id: str, target: str, fingerprint: str, device: str, settings: dict) -> None:
+    def start_sweep(
+        self,
+        sweep_id: str,
+        target: str,
+        fingerprint: str | None,
+        device: str,
+        settings: dict,
+        engine: dict | None = None,
+    ) -> None:
+        """A new sweep, `running`; `engine` ({engine, engine_version, engine_config}) for one measured on a
+        serving engine (NULL for SpecScope's own)."""
+        engine = engine or {}
         with self._lock:
             self._db.execute(
-                "INSERT INTO sweeps (sweep_id, created_at, status, target, target_fingerprint, device, settings) "
-                "VALUES (?, ?, 'running', ?, ?, ?, ?)",
-                [sweep_id, now(), target, fingerprint, device, json.dumps(settings)],
+                "INSERT INTO sweeps (sweep_id, created_at, status, target, target_fingerprint, device, settings, "
+                "engine, engine_version, engine_config) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    sweep_id,
+                    now(),
+                    target,
+                    fingerprint,
+                    device,
+                    json.dumps(settings),
+                    engine.get("engine"),
+                    engine.get("engine_version"),
+                    json.dumps(engine.get("engine_config")) if engine.get("engine_config") is not None else None,
+                ],
             )
 
     def add_sweep_points(self, sweep_id: str, points: Sequence[dict]) -> None:
         self._insert(
             "sweep_points", [{**point, "sweep_id": sweep_id, "draft_len": str(point["draft_len"])} for point in points]
         )
+
+    def measured_configs(self, sweep_id: str) -> set[tuple[str, str, int]]:
+        """The (drafter, draft_len, batch_size) a sweep has measured, failed points left out: what a resumed
+        sweep skips."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT drafter, draft_len, batch_size FROM sweep_points "
+                "WHERE sweep_id = ? AND status IS DISTINCT FROM 'failed'",
+                [sweep_id],
+            ).fetchall()
+        return {(drafter, draft_len, batch_size) for drafter, draft_len, batch_size in rows}
+
+    def resume_sweep(self, sweep_id: str) -> dict:
+        """Reopen a stored sweep: its failed points go (the resumed sweep measures them again), it is
+        `running` again; returns its row. A clear error for an unknown id."""
+        with self._lock:
+            found = self._db.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [sweep_id]).df()
+            if found.empty:
+                raise KeyError(f"no sweep {sweep_id} in {self.path}")
+            self._db.execute("DELETE FROM sweep_points WHERE sweep_id = ? AND status = 'failed'", [sweep_id])
+            self._db.execute("UPDATE sweeps SET status = 'running', finished_at = NULL WHERE sweep_id = ?", [sweep_id])
+        return found.to_dict(orient="records")[0]
 
     def finish_sweep(self, sweep_id: str, status: str) -> None:
         with self._lock:
@@ -433,7 +321,8 @@ class RunStore:
         where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         with self._lock:
             return self._db.execute(
-                f"SELECT p.*, s.target, s.created_at, s.reference FROM sweep_points p JOIN sweeps s USING (sweep_id) "
+                f"SELECT p.*, s.target, s.created_at, s.reference, s.engine, s.engine_version, s.device "
+                "FROM sweep_points p JOIN sweeps s USING (sweep_id) "
                 f"{where} "
                 "ORDER BY s.created_at DESC, p.drafter, p.draft_len, p.batch_size",
                 values,

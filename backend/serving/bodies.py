@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, create_model, field_validator, model_vali
 from backend.core.errors import SpecScopeError
 from backend.core.policy import MAX_DRAFT_LEN, make_policy
 from backend.drafters import DRAFTER_NAMES, DrafterOptions, all_options
-from backend.lab.store import DEFAULT_KINDS, DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES
+from backend.lab.store_schema import DEFAULT_KINDS, DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES
 from backend.lab.sweep import check_option_values
 from backend.serving.run_request import LaneSpec
 from backend.serving.validation import INT32_MAX, CheckedBody, ModelName, name_problem

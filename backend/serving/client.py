@@ -124,3 +124,28 @@ class WorkerClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+class WorkerSweepSink:
+    """A sweep measured outside the worker (lab/engine_sweep.py), stored through it: its SweepSink."""
+
+    def __init__(self, client: WorkerClient) -> None:
+        self.client = client
+
+    def start_sweep(
+        self, sweep_id: str, target: str, fingerprint: str | None, device: str, settings: dict, engine: dict | None
+    ) -> None:
+        body = {"sweep_id": sweep_id, "target": target, "fingerprint": fingerprint, "device": device}
+        self.client._post("/engine-sweeps", body | {"settings": settings, "engine": engine or {}})
+
+    def resume_sweep(self, sweep_id: str) -> dict:
+        return self.client._post(f"/engine-sweeps/{sweep_id}/resume", {})
+
+    def measured_configs(self, sweep_id: str) -> set[tuple[str, str, int]]:
+        return {tuple(config) for config in self.client._get(f"/engine-sweeps/{sweep_id}/measured")}
+
+    def add_sweep_points(self, sweep_id: str, points: list[dict]) -> None:
+        self.client._post(f"/engine-sweeps/{sweep_id}/points", {"points": points})
+
+    def finish_sweep(self, sweep_id: str, status: str) -> None:
+        self.client._post(f"/engine-sweeps/{sweep_id}/finish", {"status": status})

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from backend.cli.main import main
-from tests.helpers.tiny import save_tiny
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,11 +21,6 @@ def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check:
         assert result.returncode == 0, result.stderr
     return result
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tiny, tmp_path_factory) -> str:
-    return str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ import pytest
 
 from backend.core.metrics import AcceptanceCounter
 from backend.lab.analysis import acceptance_groups
-from backend.lab.store import MIGRATIONS, RunStore
+from backend.lab.store import RunStore
+from backend.lab.store_schema import MIGRATIONS
 from tests.helpers.tiny import save_tiny
 from tests.helpers.workers import WorkerProcess
 

@@ -13,7 +13,6 @@ import pytest
 from backend.serving.client import WorkerClient, WorkerError
 from backend.serving.discovery import address_file, published_url
 from tests.helpers.reference import QUESTIONS, build_reference
-from tests.helpers.tiny import save_tiny
 from tests.helpers.workers import WorkerProcess
 
 BODY = {
@@ -23,11 +22,6 @@ BODY = {
     "batch_sizes": [1],
     "max_new_tokens": 12,
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tiny, tmp_path_factory) -> str:
-    return str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import httpx
 import pytest
 
-from tests.helpers.tiny import save_tiny
 from tests.helpers.workers import ROOT, WorkerProcess
 
 PROMPT = "w5 w9 w13 w5 w9 w13 w22"
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tiny, tmp_path_factory) -> str:
-    return str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
 
 
 @pytest.fixture(scope="module")
