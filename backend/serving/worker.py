@@ -45,7 +45,7 @@ from backend.lab.analysis import acceptance_groups
 from backend.lab.codesign import codesign_report
 from backend.lab.reference import REFERENCE_DIR, import_reference, reference_labels
 from backend.lab.store import DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES, RunStore
-from backend.serving import discovery, logs, sweep_jobs
+from backend.serving import discovery, logs, prometheus, sweep_jobs
 from backend.serving.bodies import (
     KINDS_HELP,
     MAX_RUNS_LISTED,
@@ -331,6 +331,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         return {**_clean(found), "steps": steps}
 
     app.include_router(sweep_jobs.router(scheduler, SweepBody))
+    app.include_router(prometheus.router())
     app.state.store = store
     app.state.models = models
     return app
