@@ -25,6 +25,7 @@ from backend.core.models import LoadedModel
 from backend.core.target_passes import compile_mode
 from backend.core.verify import SamplingParams
 from backend.lab.runner import RunResult, TurnResult
+from backend.lab.served import SERVED
 from backend.lab.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +135,9 @@ class RunRecorder:
         return run_id
 
     def add_steps(self, run_id: str, records: Sequence[dict]) -> None:
+        """Store steps, and count them in the process's served totals (served.py)."""
         self.store.add_steps(run_id, records)
+        SERVED.add_steps(self.target_name, records)
 
     def finish(
         self,

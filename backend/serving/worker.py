@@ -6,8 +6,9 @@ decoding as NDJSON streams, and is the only writer of the DuckDB run store.
 Endpoints (OpenAPI at /docs): GET /health, GET /models, POST /generate, POST /compare, GET /runs,
 GET /runs/{run_id}, POST /sweeps (a sweep as one job, streamed), POST /sweeps/jobs (one that runs
 on without its client: sweep_jobs.py), POST /engine-sweeps... (a sweep measured on a serving engine,
-stored point by point: engine_sweeps.py), GET /sweeps, GET /sweeps/points, and the read-only analyses
-GET /aggregates/acceptance and GET /codesign. One compute job runs at a time; others wait in line
+stored point by point: engine_sweeps.py), GET /sweeps, GET /sweeps/points, the read-only analyses
+GET /aggregates/acceptance and GET /codesign, and GET /metrics (Prometheus counters under vLLM's
+spec-decode names: prometheus.py). One compute job runs at a time; others wait in line
 and are told their place. At start it imports the reference sweep (lab/reference.py) and publishes
 its URL beside the store (discovery.py) for command lines to find.
 A client that disconnects cancels its job. If SPECSCOPE_TOKEN is set every request needs
@@ -47,7 +48,7 @@ from backend.lab.codesign import codesign_report
 from backend.lab.reference import REFERENCE_DIR, import_reference, reference_labels
 from backend.lab.store import RunStore
 from backend.lab.store_schema import DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES
-from backend.serving import discovery, engine_sweeps, logs, sweep_jobs
+from backend.serving import discovery, engine_sweeps, logs, prometheus, sweep_jobs
 from backend.serving.bodies import (
     KINDS_HELP,
     MAX_RUNS_LISTED,
@@ -334,6 +335,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
 
     app.include_router(sweep_jobs.router(scheduler, SweepBody))
     app.include_router(engine_sweeps.router(store))
+    app.include_router(prometheus.router())
     app.state.store = store
     app.state.models = models
     return app
