@@ -21,6 +21,7 @@ from pathlib import Path
 
 from backend.cli.common import load_target, quiet_libraries
 from backend.cli.engine import add_engine_parser
+from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE
@@ -255,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default $SPECSCOPE_REFERENCE, else data/reference)",
     )
     worker.set_defaults(handler=_worker)
+
+    add_export_parser(commands)
     return parser
 
 
