@@ -5,7 +5,10 @@ and the benchmarks.
     bench speed --suite FILE --drafters a,b --draft-lens 2,4,8              speed and losslessness
     bench sweep --drafters a,b --draft-lens 0,4 --batch-sizes 1,4 [--temperatures 0,0.7]
                 [--option ngram_max=2,3,4]                                 the Pareto grid, stored
+    bench sweep --engine vllm|sglang|tensorrt_llm|llamacpp (--url URL | --launch CMD --draft-lens 2,4)
+                --concurrency 1,4,16                                       a serving engine's sweep, stored
     bench reference                                                        rebuild data/reference/
+    export eagle3 --out DIR --format vllm|sglang                           a trained head for vLLM / SGLang
 
 Every user error (bad flag value, missing model, empty prompt, ...) ends with one `error:` line on
 stderr and exit status 2, never a traceback. This module only parses and prints.
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from backend.cli.common import load_target, quiet_libraries
 from backend.cli.engine import add_engine_args
+from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE
@@ -255,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default $SPECSCOPE_REFERENCE, else data/reference)",
     )
     worker.set_defaults(handler=_worker)
+
+    add_export_parser(commands)
     return parser
 
 

@@ -34,7 +34,9 @@ def tiny_suite(tmp_path_factory) -> str:
     return str(suite)
 
 
-@pytest.mark.parametrize("command", [[], ["generate"], ["bench"], ["bench", "speed"]])
+@pytest.mark.parametrize(
+    "command", [[], ["generate"], ["bench"], ["bench", "speed"], ["bench", "sweep"], ["export", "eagle3"]]
+)
 def test_every_command_has_help(command):
     result = cli(*command, "--help")
     assert "usage:" in result.stdout
