@@ -3,7 +3,9 @@
 reference on request) and statuses (cancelled runs left out by default): AL vs D with bootstrap CIs,
 acceptance histograms per drafter and category, and per-position acceptance as survival and as
 conditional probability, side by side. With nothing of the user's own for the target, the reference
-sweep's steps are shown, labelled as such."""
+sweep's steps are shown, labelled as such. Sweeps of serving engines (`bench sweep --engine`) have no
+steps of their own: their AL, acceptance rate and per-position survival, as each engine reports them, are
+listed below SpecScope's."""
 
 from __future__ import annotations
 
@@ -63,11 +65,45 @@ try:
 except WorkerError as error:
     st.error(str(error))
     st.stop()
+
+
+def serving_engines() -> None:
+    """The acceptance serving engines reported in their sweeps of this target (nothing when there are none)."""
+    try:
+        served = [p for p in worker.sweep_points(target=target) if p.get("engine") and p.get("status") != "failed"]
+    except WorkerError as error:
+        st.error(str(error))
+        return
+    if not served:
+        return
+    st.subheader("Serving engines")
+    st.caption(
+        "As each engine reports it (`bench sweep --engine`): AL from its server counters (vLLM, TensorRT-LLM) "
+        "or from each reply's draft counts (SGLang, llama.cpp); per-position survival where the engine "
+        "counts it (vLLM). Measured under load at the concurrency shown, not step by step."
+    )
+    rows = [
+        {
+            "engine": charts.engine_label(p),
+            "draft_len": p["draft_len"],
+            "concurrency": p["batch_size"],
+            "al": p["al"],
+            "acceptance_rate": p["acceptance_rate"],
+            "al_from": p["al_from"],
+            "survival": ", ".join(f"{s:.2f}" for s in p.get("survival") or []) or None,
+            "measured_at": str(p["created_at"])[:19],
+        }
+        for p in served
+    ]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="acc_engines")
+
+
 if not pooled:
     st.info(
         "No drafting steps stored for this target with these filters: run something on the Live or Compare "
         f"page, start a sweep on the Sweep page, or run `{SWEEP_HINT}`."
     )
+    serving_engines()
     st.stop()
 
 drafters = sorted({g["drafter"] for g in pooled})
@@ -142,3 +178,5 @@ with sides[1]:
         pd.DataFrame(position_rows),
         "conditional",
     )
+
+serving_engines()

@@ -30,7 +30,8 @@ def loaded_target() -> dict:
     top = st.columns([2, 1])
     target, _ = forms.analysis_target("cd", worker, top[0])
     try:
-        drafters = sorted({p["drafter"] for p in worker.sweep_points(target=target)} - {"none"})
+        stored = {p["drafter"] for p in worker.sweep_points(target=target)}
+        drafters = sorted(d for d in stored if d != "none" and not d.endswith("/none"))  # plain: the baselines
         choice = top[1].selectbox("Drafter", [BEST, *drafters], key="cd_drafter")
         report = worker.codesign(target, None if choice == BEST else choice)
     except WorkerError as error:
@@ -193,8 +194,13 @@ speedups = pd.DataFrame(
 )
 charts.chart_with_table(charts.codesign_figure(report), speedups, "codesign_speedup")
 st.caption(
-    f"Batch size 1, drafter {report['drafter']}; ρ = {report['rho']:.3f} is the mean measured draft / verify time "
-    "over these D. Grey lines mark the suggested D and the ladder where they fall inside the measured range."
+    f"Batch size 1, drafter {report['drafter']}; "
+    + (
+        f"ρ = {report['rho']:.3f} is the mean measured draft / verify time over these D."
+        if report["rho"] is not None
+        else "a serving engine reports no draft / verify times, so only the measured curve is drawn."
+    )
+    + " Grey lines mark the suggested D and the ladder where they fall inside the measured range."
 )
 
 st.subheader("Recommended D per batch size")

@@ -2,7 +2,8 @@
 across batch sizes, with the Pareto frontier highlighted, and speculation on vs off compared at
 matched interactivity (both frontiers interpolated), as serving dashboards compare them. The shipped
 reference sweep is overlaid (open diamonds, its own legend group) and never mixed into the user's
-points; with no sweep of the user's own, the page shows the reference alone and says so."""
+points, and so are sweeps measured on serving engines (`bench sweep --engine`: open squares, labelled by
+engine, version and hardware); with no sweep of the user's own, the page shows the others and says so."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ st.caption(
 
 top = st.columns([2, 2])
 target, sweeps = forms.analysis_target("par", worker, top[0])
-mine = [s for s in sweeps if not s.get("reference")]
+mine = [s for s in sweeps if not s.get("reference") and not s.get("engine")]  # SpecScope's engine, here
 try:
     stored = worker.sweep_points(target=target)
 except WorkerError as error:
@@ -46,7 +47,13 @@ def overall(points: list[dict]) -> list[dict]:
 
 reference = overall([p for p in stored if p.get("reference")])
 labels = sorted({p["reference"] for p in stored if p.get("reference")})
-if not mine and not reference:
+served = [p for p in stored if p.get("engine") and not p.get("reference")]
+engines = [
+    q
+    for label in sorted({charts.engine_label(p) for p in served})
+    for q in overall([p for p in served if charts.engine_label(p) == label])
+]
+if not mine and not reference and not engines:
     st.info(
         f"No complete sweep stored for this target yet: run `{SWEEP_HINT}` (it writes through the running "
         "worker), or start one on the Sweep page."
@@ -58,7 +65,7 @@ if mine:
     choice = top[1].selectbox("Sweep", choices, key="par_sweep")
     try:
         if choice == NEWEST:
-            points = [p for p in stored if not p.get("reference")]
+            points = [p for p in stored if not p.get("reference") and not p.get("engine")]
         else:
             points = worker.sweep_points(sweep_id=mine[choices.index(choice) - 1]["sweep_id"])
     except WorkerError as error:
@@ -67,18 +74,25 @@ if mine:
     points = overall(points)
 else:
     points = []
+    shown = f"the {labels[0]}, measured there, not here" if labels else "the serving engines' points only"
     st.info(
-        f"No sweep of your own for this target yet, so the chart shows the {labels[0]}, measured there, not "
-        f"here. Run `{SWEEP_HINT}` or start a sweep on the Sweep page to measure this machine."
+        f"No sweep of SpecScope's engine for this target yet, so the chart shows {shown}. Run "
+        f"`{SWEEP_HINT}` or start a sweep on the Sweep page to measure this machine."
     )
 if reference and mine:
     st.caption(f"Open diamonds: the {'; '.join(labels)} (shipped, for comparison; not part of your frontier).")
+if engines:
+    st.caption(
+        "Open squares: serving engines measured with `bench sweep --engine` (D and concurrency C per point; "
+        "AL as the engine reports it), beside SpecScope's own engine; not part of its frontier."
+    )
 
-drafters = sorted({p["drafter"] for p in points + reference})
+drafters = sorted({p["drafter"] for p in points + reference + engines})
 chosen = st.multiselect("Drafters", drafters, default=drafters, key="par_drafters")
 points = [p for p in points if p["drafter"] in chosen]
 reference = [p for p in reference if p["drafter"] in chosen]
-if not points and not reference:
+engines = [p for p in engines if p["drafter"] in chosen]
+if not points and not reference and not engines:
     st.info("Pick at least one drafter.")
     st.stop()
 
@@ -102,15 +116,18 @@ table = pd.DataFrame(
     [
         {
             **{key: p.get(key) for key in columns},
-            "source": p.get("reference") or "yours",
+            "source": p.get("reference") or (charts.engine_label(p) if p.get("engine") else "yours"),
             "on_frontier": p in measured and (p["drafter"], str(p["draft_len"]), p["batch_size"]) in on_frontier,
         }
-        for p in points + reference
+        for p in points + reference + engines
     ]
 )
-charts.chart_with_table(charts.pareto_figure(points, frontier, reference), table, "pareto")
+charts.chart_with_table(charts.pareto_figure(points, frontier, reference, engines), table, "pareto")
 
 st.subheader("Speculation on vs off at matched interactivity")
+if not measured:
+    st.info("No points of SpecScope's engine to compare: the comparison is drawn from its sweeps.")
+    st.stop()
 if not points:
     st.caption(f"From the {labels[0]}.")
 baseline = [p for p in measured if p["drafter"] == "none"]

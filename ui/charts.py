@@ -197,11 +197,31 @@ PARETO_HOVER = (
 )
 
 
-def pareto_figure(points: list[dict], frontier: list[dict], reference: list[dict] = ()) -> go.Figure:
+ENGINE_HOVER = (
+    "<b>%{customdata[0]}</b> D=%{customdata[1]} concurrency=%{customdata[2]}<br>throughput %{y:,.1f} tok/s"
+    "<br>interactivity %{x:,.1f} tok/s/user<br>AL %{customdata[3]}<extra>%{fullData.name}</extra>"
+)
+
+
+def _engine_al(point: dict) -> str:
+    return f"{point['al']:.2f} ({point.get('al_from')})" if point.get("al") is not None else "not reported"
+
+
+def engine_label(point: dict) -> str:
+    """A serving engine's point series: its drafter ("llamacpp/ngram-simple"), version and hardware."""
+    return " · ".join(
+        str(part) for part in (point["drafter"], point.get("engine_version"), point.get("device")) if part
+    )
+
+
+def pareto_figure(
+    points: list[dict], frontier: list[dict], reference: list[dict] = (), engines: list[dict] = ()
+) -> go.Figure:
     """Throughput (tokens/s across the batch) against interactivity (tokens/s per user), a marker per
     configuration coloured by drafter and labelled B; the Pareto frontier drawn as a line over them.
     `reference` points (the shipped reference sweep) are overlaid as open diamonds in their own legend
-    group, never part of the frontier."""
+    group, and `engines` points (sweeps of a serving engine: vLLM, SGLang, ...) as open squares labelled
+    by engine, version and hardware; neither is part of the frontier."""
     figure = go.Figure()
     for drafter in sorted({p["drafter"] for p in reference}):
         mine = [p for p in reference if p["drafter"] == drafter]
@@ -216,6 +236,25 @@ def pareto_figure(points: list[dict], frontier: list[dict], reference: list[dict
                 customdata=[[p["drafter"], str(p["draft_len"]), p["batch_size"], p["al"]] for p in mine],
                 hovertemplate="reference: " + PARETO_HOVER,
                 marker=dict(size=10, symbol="diamond-open", color=drafter_colour(drafter), line=dict(width=2)),
+            )
+        )
+    for label in sorted({engine_label(p) for p in engines}):
+        mine = [p for p in engines if engine_label(p) == label]
+        figure.add_trace(
+            go.Scatter(
+                name=label,
+                legendgroup="engines",
+                legendgrouptitle_text="serving engines",
+                mode="markers+text",
+                x=[p["interactivity_tps"] for p in mine],
+                y=[p["throughput_tps"] for p in mine],
+                text=[f"D{p['draft_len']} C{p['batch_size']}" for p in mine],
+                textposition="bottom center",
+                customdata=[[p["drafter"], str(p["draft_len"]), p["batch_size"], _engine_al(p)] for p in mine],
+                hovertemplate=ENGINE_HOVER,
+                marker=dict(
+                    size=11, symbol="square-open", color=drafter_colour(mine[0]["drafter"]), line=dict(width=2)
+                ),
             )
         )
     for drafter in sorted({p["drafter"] for p in points}):
@@ -278,6 +317,10 @@ def matched_figure(rows: list[dict]) -> go.Figure:
     )
 
 
+def _rho_text(rho: float | None) -> str:
+    return f"ρ = {rho:.3f}" if rho is not None else "ρ not reported by the engine"
+
+
 def codesign_figure(report: dict) -> go.Figure:
     """The predicted speedup AL(D) / (1 + ρD) next to the measured one, by measured D at
     B = 1, with grey lines at the rules' D (the suggested D and the ladder) that fall inside the measured
@@ -307,7 +350,7 @@ def codesign_figure(report: dict) -> go.Figure:
     figure.update_layout(
         height=380,
         margin=dict(l=10, r=10, t=80, b=10),
-        title=dict(text=f"speedup at batch size 1 ({report['drafter']}, ρ = {report['rho']:.3f})", y=0.97),
+        title=dict(text=f"speedup at batch size 1 ({report['drafter']}, {_rho_text(report['rho'])})", y=0.97),
         xaxis=dict(
             title="draft length D",
             tickmode="array",

@@ -112,11 +112,12 @@ def recommended_d(points: Sequence[dict]) -> dict[int, str]:
 
 def newest_per_config(points: Sequence[dict]) -> list[dict]:
     """One point per (drafter, variant, D, batch size): the first seen, i.e. the newest sweep's when the points
-    come newest first (as the store returns them), among the points measured on the newest point's
-    path (compiled or eager), so no speedup divides one path by the other."""
-    path = points[0].get("compile") if points else None
+    come newest first (as the store returns them), among SpecScope's points measured on its newest point's
+    path (compiled or eager), so no speedup divides one path by the other; a serving engine's points
+    (`engine` set: no compile path) are all candidates."""
+    path = next((p.get("compile") for p in points if not p.get("engine")), None)
     seen, kept = set(), []
-    for point in (p for p in points if p.get("compile") == path):
+    for point in (p for p in points if p.get("engine") or p.get("compile") == path):
         key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"])
         if key not in seen:
             seen.add(key)

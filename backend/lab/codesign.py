@@ -9,6 +9,10 @@ measured for it, and the chosen drafter and D written out for vLLM, SGLang and T
     measured speedup(D)  = throughput(D) / throughput(D = 0) at batch size 1
     recommended D per batch size = the D of highest measured throughput there
 
+A serving engine's drafter ("llamacpp/ngram-simple", from `bench sweep --engine`) is compared with the
+same engine's plain decoding ("llamacpp/none"), never with SpecScope's; engines report no draft / verify
+times, so its ρ and predicted curve are None.
+
 Works on plain dicts (config facts and sweep points); knows nothing about models or storage.
 """
 
@@ -20,6 +24,11 @@ import math
 from backend.drafters import REGISTRY, options_for
 from backend.lab.analysis import newest_per_config, predicted_speedup, recommended_d
 from backend.lab.draft_rules import draft_rules
+
+
+def plain_of(drafter: str) -> str:
+    """The plain decoding a drafter's speedup is measured against: its serving engine's, or SpecScope's."""
+    return f"{drafter.split('/')[0]}/none" if "/" in drafter else "none"
 
 
 def codesign_report(facts: dict, points: list[dict], drafter: str | None = None) -> dict:
@@ -42,19 +51,21 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
     overall = newest_per_config(
         [p for p in points if p.get("category", "all") == "all" and p.get("split", "all") == "all"]
     )
-    drafters = sorted({p["drafter"] for p in overall} - {"none"})
+    drafters = sorted({p["drafter"] for p in overall if p["drafter"] != plain_of(p["drafter"])})
     if drafter is None and drafters:
         drafter = max(drafters, key=lambda name: max(p["throughput_tps"] for p in overall if p["drafter"] == name))
         report["drafter"] = drafter
-    chosen = [p for p in overall if p["drafter"] in (drafter, "none")]
-    baseline = next((p for p in chosen if p["drafter"] == "none" and p["batch_size"] == 1), None)
+    plain = plain_of(drafter or "none")
+    chosen = [p for p in overall if p["drafter"] in (drafter, plain)]
+    baseline = next((p for p in chosen if p["drafter"] == plain and p["batch_size"] == 1), None)
     single = [p for p in chosen if p["drafter"] == drafter and p["batch_size"] == 1 and _is_int(p["draft_len"])]
     if baseline and single:
         rhos = [p["rho"] for p in single if p.get("rho") is not None and not math.isnan(p["rho"])]
-        rho = sum(rhos) / len(rhos) if rhos else 0.0
+        rho = sum(rhos) / len(rhos) if rhos else None
         report["rho"] = rho
         report["predicted"] = {
-            str(p["draft_len"]): predicted_speedup(p["al"], rho, int(p["draft_len"])) for p in single
+            str(p["draft_len"]): predicted_speedup(p["al"], rho, int(p["draft_len"])) if rho is not None else None
+            for p in single
         }
         report["measured"] = {str(p["draft_len"]): p["throughput_tps"] / baseline["throughput_tps"] for p in single}
         report["al"] = {str(p["draft_len"]): p["al"] for p in single}
@@ -63,7 +74,9 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
         # engines take a fixed D (or a D per batch size): the best fixed D measured for each batch size
         fixed = {str(size): d for size, d in recommended_d([p for p in chosen if _is_int(p["draft_len"])]).items()}
         report["recommended_fixed_d"] = fixed
-        if drafter and fixed.get("1", "0") != "0":
+        if drafter and plain != "none":
+            report["snippets_note"] = "measured on a serving engine: its configuration is the sweep's launch command"
+        elif drafter and fixed.get("1", "0") != "0":
             report["snippets"] = config_snippets(drafter, fixed["1"], fixed)
         elif drafter:
             report["snippets_note"] = "no fixed D beat plain decoding at batch size 1 here, so none is exported"

@@ -305,7 +305,11 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         labels = [] if not points.empty else reference_labels(store, spec)
         if labels:
             points = store.sweep_points(target=spec, reference=True)
-        cleaned = [p for p in (_clean(p) for p in points.to_dict(orient="records")) if not p.get("variant")]
+        cleaned = [
+            p
+            for p in (_clean(p) for p in points.to_dict(orient="records"))
+            if not p.get("variant") and p.get("status") != "failed"
+        ]
         return _clean({**codesign_report(facts, cleaned, drafter), "reference": labels[0] if labels else None})
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")

