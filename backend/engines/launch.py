@@ -1,7 +1,8 @@
 """Start a serving engine for one configuration and stop it after: D is a server-start option in vLLM,
 SGLang, TensorRT-LLM and llama.cpp, so a sweep over D is one server per D. The user gives the command as
-a template; `{draft_len}` and `{port}` in it are replaced (plain text replacement, so the JSON braces of a
-`--speculative-config` stay as written), the command runs without a shell, and the server counts as up
+a template; `{draft_len}`, `{draft_len_plus_one}` (SGLang's draft-token count for a chain of D) and
+`{port}` in it are replaced (plain text replacement, so the JSON braces of a `--speculative-config` stay
+as written), the command runs without a shell, and the server counts as up
 once GET /health answers 200 (all four engines serve it). Its output goes to a log file whose end is
 quoted if it never comes up. Knows nothing about what is measured.
 """
@@ -26,13 +27,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_command(template: str, draft_len: int | str, port: int) -> list[str]:
+def launch_command(template: str, draft_len: int, port: int) -> list[str]:
     """The template with its placeholders filled, split as a shell would (but run without one)."""
-    return shlex.split(template.replace("{draft_len}", str(draft_len)).replace("{port}", str(port)))
+    filled = template.replace("{draft_len_plus_one}", str(draft_len + 1))
+    return shlex.split(filled.replace("{draft_len}", str(draft_len)).replace("{port}", str(port)))
 
 
 @contextlib.contextmanager
-def launched_server(template: str, draft_len: int | str, timeout_s: float = 1800.0) -> Iterator[str]:
+def launched_server(template: str, draft_len: int, timeout_s: float = 1800.0) -> Iterator[str]:
     """Run the server for this D on a free loopback port until the block ends; yields its URL."""
     port = free_port()
     command = launch_command(template, draft_len, port)

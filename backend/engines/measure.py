@@ -88,7 +88,11 @@ def measure_point(
 ) -> dict:
     """Every prompt once, `concurrency` at a time; the point's figures (see the module docstring)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as http:
+    # a fresh connection per request: a server that closes a connection after a streamed reply (llama-server
+    # does) would otherwise fail the next request sent on it; TTFT then includes the connect, as a new
+    # client's first request does
+    fresh = httpx.Limits(max_keepalive_connections=0)
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0, limits=fresh) as http:
         before = adapter.read_counts(http)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
