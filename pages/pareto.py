@@ -76,7 +76,7 @@ else:
     points = []
     shown = f"the {labels[0]}, measured there, not here" if labels else "the serving engines' points only"
     st.info(
-        f"No sweep of SpecScope's engine for this target yet, so the chart shows {shown}. Run "
+        f"No sweep of your own for this target yet, so the chart shows {shown}. Run "
         f"`{SWEEP_HINT}` or start a sweep on the Sweep page to measure this machine."
     )
 if reference and mine:

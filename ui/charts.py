@@ -262,6 +262,8 @@ def pareto_figure(
         figure.add_trace(
             go.Scatter(
                 name="plain (D=0)" if drafter == "none" else drafter,
+                legendgroup="specscope",
+                legendgrouptitle_text="SpecScope's engine" if engines else None,
                 mode="markers+text",
                 x=[p["interactivity_tps"] for p in mine],
                 y=[p["throughput_tps"] for p in mine],
