@@ -11,15 +11,6 @@ import pytest
 from backend.cli.main import main
 from backend.serving.client import WorkerClient, WorkerError, WorkerSweepSink
 from tests.backend.engines.fake_engine import FakeEngine
-from tests.helpers.workers import WorkerProcess
-
-
-@pytest.fixture(scope="module")
-def worker(tiny_folder, tmp_path_factory):
-    process = WorkerProcess(tmp_path_factory.mktemp("db") / "runs.duckdb", tiny_folder)
-    process.wait_ready()
-    yield process
-    process.stop()
 
 
 def test_an_engine_sweep_is_stored_by_the_worker_that_holds_the_store(worker, capsys):

@@ -18,14 +18,6 @@ from tests.helpers.workers import ROOT, WorkerProcess
 PROMPT = "w5 w9 w13 w5 w9 w13 w22"
 
 
-@pytest.fixture(scope="module")
-def worker(tiny_folder, tmp_path_factory):
-    process = WorkerProcess(tmp_path_factory.mktemp("db") / "runs.duckdb", tiny_folder)
-    process.wait_ready()
-    yield process
-    process.stop()
-
-
 def stream(worker, path: str, body: dict, headers: dict | None = None) -> list[dict]:
     with httpx.stream("POST", worker.url + path, json=body, headers=headers or worker.headers, timeout=120) as reply:
         assert reply.status_code == 200, reply.read()
