@@ -214,7 +214,7 @@ def format_sweep_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _open_store(path: str | None):
+def open_store(path: str | None):
     """The run store file for a command that found no worker; a clear error if a worker holds it."""
     import duckdb
 
@@ -235,7 +235,7 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress, 
     from backend.lab.sweep import run_sweep
 
     owned = store is None
-    store = _open_store(args.db) if owned else store
+    store = open_store(args.db) if owned else store
     args.target = args.target or "default"
     target = load_target(args)
     try:
@@ -303,31 +303,14 @@ def _reachable_worker(args: argparse.Namespace):
     return worker
 
 
-def _engine_sweep(args: argparse.Namespace, worker) -> int:
-    """`bench sweep --engine`: the points stored through the worker, else into the --db file."""
-    from backend.cli.engine import bench_engine_sweep
-    from backend.serving.client import WorkerError, WorkerSweepSink
-
-    sink = WorkerSweepSink(worker) if worker else _open_store(args.db)
-    try:
-        code = bench_engine_sweep(args, sink)
-    except WorkerError as error:
-        raise SpecScopeError(str(error)) from error
-    except KeyError as error:  # --resume of a sweep the store does not have
-        raise SpecScopeError(error.args[0]) from error
-    finally:
-        if worker is None:
-            sink.close()
-    print(f"(stored {'by the worker at ' + worker.url if worker else 'in ' + str(sink.path)})", file=sys.stderr)
-    return code
-
-
 def bench_sweep(args: argparse.Namespace) -> int:
     from backend.serving.client import WorkerError
 
     worker = _reachable_worker(args)
     if args.engine:
-        return _engine_sweep(args, worker)
+        from backend.cli.engine import engine_sweep_command
+
+        return engine_sweep_command(args, worker)
     questions = _checked_questions(args)
     record = _sweep_record(args, questions)
     bar, progress = _progress_bar()
@@ -419,7 +402,7 @@ def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     """The target's config facts and its stored sweep points, read from the store file (no worker)."""
     from backend.core.models import config_facts
 
-    store = _open_store(args.db)
+    store = open_store(args.db)
     points = store.sweep_points(target=args.target, reference=False).to_dict(orient="records")
     store.close()
     return config_facts(args.target), [p for p in points if not p.get("variant")]

@@ -45,6 +45,25 @@ def add_engine_args(sweep: argparse.ArgumentParser) -> None:
     group.add_argument("--resume", metavar="SWEEP_ID", help="measure only what this stored engine sweep lacks")
 
 
+def engine_sweep_command(args: argparse.Namespace, worker) -> int:
+    """`bench sweep --engine`: the points stored through `worker` when one answers, else into the --db file."""
+    from backend.cli.bench import open_store
+    from backend.serving.client import WorkerError, WorkerSweepSink
+
+    sink = WorkerSweepSink(worker) if worker else open_store(args.db)
+    try:
+        code = bench_engine_sweep(args, sink)
+    except WorkerError as error:
+        raise SpecScopeError(str(error)) from error
+    except KeyError as error:  # --resume of a sweep the store does not have
+        raise SpecScopeError(error.args[0]) from error
+    finally:
+        if worker is None:
+            sink.close()
+    print(f"(stored {'by the worker at ' + worker.url if worker else 'in ' + str(sink.path)})", file=sys.stderr)
+    return code
+
+
 def bench_engine_sweep(args: argparse.Namespace, sink) -> int:
     """The engine sweep into `sink` (the store, or the worker's client); its table, and --json's line."""
     if any(not isinstance(d, int) or d < 0 for d in args.draft_lens):
