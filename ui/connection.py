@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from backend.core.ports import free_loopback_port
 from backend.serving.client import WorkerClient, WorkerError
 from backend.serving.discovery import published_url
 
@@ -29,9 +29,7 @@ def _client_for(url: str | None) -> WorkerClient:
 
 @st.cache_resource(show_spinner=False)
 def _start_local_worker() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_loopback_port()
     process = subprocess.Popen([sys.executable, "-m", "backend", "worker", "--port", str(port)], cwd=ROOT)
     atexit.register(process.terminate)
     return f"http://127.0.0.1:{port}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,11 +19,7 @@ from pathlib import Path
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from backend.core.ports import free_loopback_port
 
 
 def launch_command(template: str, draft_len: int, port: int) -> list[str]:
@@ -36,7 +31,7 @@ def launch_command(template: str, draft_len: int, port: int) -> list[str]:
 @contextlib.contextmanager
 def launched_server(template: str, draft_len: int, timeout_s: float = 1800.0) -> Iterator[str]:
     """Run the server for this D on a free loopback port until the block ends; yields its URL."""
-    port = free_port()
+    port = free_loopback_port()
     command = launch_command(template, draft_len, port)
     log_path = Path(tempfile.mkdtemp(prefix="specscope-engine-")) / "server.log"
     with log_path.open("w") as log:

@@ -9,7 +9,6 @@ Knows nothing about printing.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import httpx
 from backend.core.engine import GenerationSettings
 from backend.core.metrics import geomean
 from backend.core.models import load_model
+from backend.core.ports import free_loopback_port
 from backend.drafters import DrafterOptions, build_drafter
 from backend.lab.prompts import Question
 from backend.lab.runner import Runner
@@ -40,9 +40,7 @@ def resident_mb(pid: int) -> dict:
 
 
 def start_worker(target: str, device: str, compile: str = "off") -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_loopback_port()
     db = Path(tempfile.mkdtemp(prefix="specscope-bench-")) / "runs.duckdb"
     process = subprocess.Popen(
         [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,18 +10,14 @@ from pathlib import Path
 
 import httpx
 
+from backend.core.ports import free_loopback_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class WorkerProcess:
     def __init__(self, db: Path, target: str, token: str | None = None, extra: list[str] | None = None) -> None:
-        self.port = free_port()
+        self.port = free_loopback_port()
         self.db = db
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -80,7 +75,7 @@ class WorkerProcess:
 def start_dashboard(worker_url: str, timeout: float = 60) -> tuple[subprocess.Popen, str]:
     """The dashboard (`streamlit run app.py`, headless, on a free port) against the worker at `worker_url`,
     started and answering its health check; returns the process and its URL."""
-    port = free_port()
+    port = free_loopback_port()
     env = {**os.environ, "SPECSCOPE_WORKER_URL": worker_url, "SPECSCOPE_NO_AUTOSTART": "1"}
     command = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
     command += ["--server.headless", "true", "--browser.gatherUsageStats", "false"]

@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from tests.helpers.workers import free_port
+from backend.core.ports import free_loopback_port
 
 DRAFT = 3  # drafts proposed per step; one is accepted
 
@@ -35,7 +35,7 @@ class FakeEngine:
         self.steps = 0
         self.pending_iterations: list[dict] = []  # TensorRT-LLM's: handed out once
         self.app = self._app()
-        self.port = free_port()
+        self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(uvicorn.Config(self.app, port=self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
