@@ -62,12 +62,11 @@ def export_eagle3(args: argparse.Namespace) -> int:
 
 def serve_command(engine: str, target_source: str, draft_folder: Path, draft_len: int) -> str:
     """The shell command that serves `target_source` drafting `draft_len` tokens with the exported head."""
-    target, draft = shlex.quote(str(target_source)), shlex.quote(str(draft_folder))
+    from backend.drafters.eagle3 import engine_settings
+
+    target = shlex.quote(str(target_source))
     if engine == "vllm":
-        spec = {"method": "eagle3", "model": str(draft_folder), "num_speculative_tokens": draft_len}
+        spec = engine_settings(draft_len, str(draft_folder))["vllm"]
         return f"vllm serve {target} --speculative-config {shlex.quote(json.dumps(spec))}"
-    return (  # a chain (top-k 1): D steps verify D + 1 tokens
-        f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
-        f"--speculative-draft-model-path {draft} --speculative-num-steps {draft_len} "
-        f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {draft_len + 1}"
-    )
+    flags = engine_settings(draft_len, shlex.quote(str(draft_folder)))["sglang"]
+    return f"python -m sglang.launch_server --model-path {target} {flags}"

@@ -146,9 +146,24 @@ def load(folder: str | Path, target: LoadedModel) -> Eagle3Drafter:
     return Eagle3Drafter.load(folder, target)
 
 
+EXPORTED_FOLDER = "<DIR written by: python -m backend export eagle3 --out DIR>"
+
+
+def engine_settings(draft_len: int, folder: str = EXPORTED_FOLDER) -> dict[str, object]:
+    """A chain of `draft_len` drafts from an exported head (export eagle3) as vLLM and SGLang take it: SGLang
+    verifies D + 1 tokens for D steps at top-k 1. TensorRT-LLM's EAGLE-3 checkpoint layout is not exported."""
+    return {
+        "vllm": {"method": "eagle3", "model": folder, "num_speculative_tokens": draft_len},
+        "sglang": f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {folder} "
+        f"--speculative-num-steps {draft_len} --speculative-eagle-topk 1 "
+        f"--speculative-num-draft-tokens {draft_len + 1}",
+    }
+
+
 SPEC = trained_spec(
     KIND,
     "EAGLE-3: a one-layer head on the target's low, middle and high hidden states drafts autoregressively",
     load,
     lambda target: drafter(target, new_head(target)),
+    export=lambda draft_len, schedule, options: engine_settings(draft_len),
 )

@@ -158,7 +158,11 @@ class WeightsOptions:
 
 
 def trained_spec(
-    name: str, summary: str, load: Callable[[Path, LoadedModel], Drafter], untrained: Callable[[LoadedModel], Drafter]
+    name: str,
+    summary: str,
+    load: Callable[[Path, LoadedModel], Drafter],
+    untrained: Callable[[LoadedModel], Drafter],
+    export: Callable[[int, dict[int, int], Any], dict[str, Any]] | None = None,
 ) -> DrafterSpec:
     """The spec of a trained head (EAGLE-3, MTP, DFlash, DSpark): built from `drafter_path`, else from the
     folder under data/drafters/ trained for this target."""
@@ -168,7 +172,7 @@ def trained_spec(
 
         return load(weights_folder(name, target, options.drafter_path), target)
 
-    return DrafterSpec(name, summary, WeightsOptions, build, trained=True, untrained=untrained)
+    return DrafterSpec(name, summary, WeightsOptions, build, trained=True, untrained=untrained, export=export)
 
 
 def _plain_type(hint: Any) -> tuple[type, bool]:

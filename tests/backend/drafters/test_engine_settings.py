@@ -10,6 +10,7 @@ import json
 import pytest
 
 from backend.drafters import REGISTRY, options_for
+from backend.drafters.eagle3 import EXPORTED_FOLDER
 from backend.drafters.engine_settings import trtllm_draft_len_schedule, trtllm_schedule_argument
 from backend.lab.codesign import config_snippets
 
@@ -74,3 +75,12 @@ def test_codesign_writes_the_fragments_into_each_engines_command():
         "python -m sglang.launch_server --model-path <model> --speculative-algorithm NGRAM"
     )
     assert "draft_len_schedule={1: 4, 3: 4, 15: 2}" in snippets["tensorrt_llm"]
+
+
+def test_eagle3_export_points_both_engines_at_the_exported_head():
+    snippets = config_snippets("eagle3", "3", {"1": "3"})
+    vllm_config = json.loads(snippets["vllm"].split("--speculative-config ", 1)[1].strip("'"))
+    assert vllm_config == {"method": "eagle3", "model": EXPORTED_FOLDER, "num_speculative_tokens": 3}
+    assert "--speculative-algorithm EAGLE3" in snippets["sglang"]
+    assert "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in snippets["sglang"]
+    assert "tensorrt_llm" not in snippets  # its EAGLE-3 layout is not exported
