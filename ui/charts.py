@@ -284,7 +284,7 @@ def pareto_figure(
             hoverinfo="skip",
         )
     )
-    figure.update_layout(hovermode="closest")
+    figure.update_layout(hovermode="closest", legend=dict(groupclick="toggleitem"))  # a click hides one series
     return style(
         figure,
         "throughput vs interactivity (up and right is better)",
@@ -329,23 +329,20 @@ def codesign_figure(report: dict) -> go.Figure:
     range. Ticks only at whole D: the measured ones and the marked ones."""
     lengths = sorted(int(d) for d in report["predicted"])
     marked = sorted({report["d_suggested"], *report["d_ladder"]} & set(range(lengths[0], lengths[-1] + 1)))
-    figure = go.Figure(
-        [
-            go.Scatter(
-                name="predicted AL(D) / (1 + ρ·D)",
-                x=lengths,
-                y=[report["predicted"][str(d)] for d in lengths],
-                mode="lines+markers",
-                line=dict(dash="dash"),
-            ),
-            go.Scatter(
-                name="measured (throughput / plain)",
-                x=lengths,
-                y=[report["measured"][str(d)] for d in lengths],
-                mode="lines+markers",
-            ),
-        ]
+    predicted = go.Scatter(
+        name="predicted AL(D) / (1 + ρ·D)",
+        x=lengths,
+        y=[report["predicted"][str(d)] for d in lengths],
+        mode="lines+markers",
+        line=dict(dash="dash"),
     )
+    measured = go.Scatter(
+        name="measured (throughput / plain)",
+        x=lengths,
+        y=[report["measured"][str(d)] for d in lengths],
+        mode="lines+markers",
+    )
+    figure = go.Figure([predicted, measured] if report["rho"] is not None else [measured])  # no ρ: nothing to predict
     figure.add_hline(y=1.0, line_dash="dot", line_color="gray")
     for rule_d in marked:
         figure.add_vline(x=rule_d, line_color="#bbbbbb", line_width=1)

@@ -303,14 +303,19 @@ def _reachable_worker(args: argparse.Namespace):
     return worker
 
 
+SWEEP_DRAFT_LENS = [0, 2, 4, 8]  # bench sweep's D values when none are given
+
+
 def bench_sweep(args: argparse.Namespace) -> int:
     from backend.serving.client import WorkerError
 
-    worker = _reachable_worker(args)
     if args.engine:
-        from backend.cli.engine import engine_sweep_command
+        from backend.cli.engine import check_engine_args, engine_sweep_command
 
-        return engine_sweep_command(args, worker)
+        check_engine_args(args)
+        return engine_sweep_command(args, _reachable_worker(args))
+    args.draft_lens = args.draft_lens if args.draft_lens is not None else SWEEP_DRAFT_LENS
+    worker = _reachable_worker(args)
     questions = _checked_questions(args)
     record = _sweep_record(args, questions)
     bar, progress = _progress_bar()
@@ -405,7 +410,12 @@ def _codesign_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
     store = open_store(args.db)
     points = store.sweep_points(target=args.target, reference=False).to_dict(orient="records")
     store.close()
-    return config_facts(args.target), [p for p in points if not p.get("variant")]
+    return config_facts(args.target), points
+
+
+def _figure(value: float | None, spec: str, unit: str = "") -> str:
+    """A figure as `spec` formats it; "-" where there is none (a serving engine reports no ρ)."""
+    return "-" if value is None else f"{value:{spec}}{unit}"
 
 
 def format_codesign(report: dict) -> str:
@@ -425,11 +435,12 @@ def format_codesign(report: dict) -> str:
     if "measured" in report:
         lines += [
             "",
-            f"drafter {report['drafter']}, measured rho = {report['rho']:.4f} (batch size 1):",
+            f"drafter {report['drafter']}, measured rho = {_figure(report['rho'], '.4f')} (batch size 1):",
             f"{'D':>4}{'AL':>7}{'predicted':>11}{'measured':>10}",
         ]
         for d in sorted(report["measured"], key=int):
-            lines.append(f"{d:>4}{report['al'][d]:>7.2f}{report['predicted'][d]:>10.2f}x{report['measured'][d]:>9.2f}x")
+            al, predicted = _figure(report["al"][d], ".2f"), _figure(report["predicted"][d], ".2f", "x")
+            lines.append(f"{d:>4}{al:>7}{predicted:>11}{report['measured'][d]:>9.2f}x")
     else:
         lines += ["", f"no sweep stored for this target yet: run `{SWEEP_HINT}` to measure"]
     if report.get("reference"):

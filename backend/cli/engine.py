@@ -38,7 +38,9 @@ def add_engine_args(sweep: argparse.ArgumentParser) -> None:
     where.add_argument("--launch", help="a server command template with {draft_len} and {port}")
     group.add_argument("--server-draft-len", type=int, help="with --url: the D the running server was started with")
     group.add_argument("--method", default="spec", help="the engine's speculative method, for the points' labels")
-    group.add_argument("--hardware", help="where the engine runs (default: this machine for --launch)")
+    group.add_argument(
+        "--hardware", help="where the engine runs (default: this machine; with --url, the URL's host)"
+    )
     group.add_argument("--model", help="the model name the OpenAI-compatible engines expect in requests")
     group.add_argument("--token", help="a bearer token, where the server needs one")
     group.add_argument("--launch-timeout", type=float, default=1800.0, help="seconds a launched server may take")
@@ -55,8 +57,6 @@ def engine_sweep_command(args: argparse.Namespace, worker) -> int:
         code = bench_engine_sweep(args, sink)
     except WorkerError as error:
         raise SpecScopeError(str(error)) from error
-    except KeyError as error:  # --resume of a sweep the store does not have
-        raise SpecScopeError(error.args[0]) from error
     finally:
         if worker is None:
             sink.close()
@@ -64,12 +64,20 @@ def engine_sweep_command(args: argparse.Namespace, worker) -> int:
     return code
 
 
-def bench_engine_sweep(args: argparse.Namespace, sink) -> int:
-    """The engine sweep into `sink` (the store, or the worker's client); its table, and --json's line."""
-    if any(not isinstance(d, int) or d < 0 for d in args.draft_lens):
-        raise SpecScopeError("an engine's D values are whole numbers (a server is started for each)")
+def check_engine_args(args: argparse.Namespace) -> None:
+    """The flags an engine sweep needs, checked before anything starts (one sentence each)."""
     if not (args.url or args.launch):
         raise SpecScopeError("--engine needs --url (a running server) or --launch (a command template)")
+    if args.launch and args.draft_lens is None:
+        raise SpecScopeError("--launch needs --draft-lens: the D values to start a server for")
+    if args.url and args.draft_lens is not None:
+        raise SpecScopeError("a running server has one D: give it as --server-draft-len, not --draft-lens")
+    if any(not isinstance(d, int) or d < 0 for d in args.draft_lens or []):
+        raise SpecScopeError("an engine's D values are whole numbers (a server is started for each)")
+
+
+def bench_engine_sweep(args: argparse.Namespace, sink) -> int:
+    """The engine sweep into `sink` (the store, or the worker's client); its table, and --json's line."""
     questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
     record = {"suite": str(args.suite), "categories": args.categories, "per_category": args.per_category}
     try:

@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the worker when one answers, else directly into the DuckDB file). With --engine, measures "
         "a vLLM, SGLang, TensorRT-LLM or llama.cpp server instead, one point per D and concurrency.",
     )
-    grid = {"drafters": ["ngram", "suffix"], "draft_lens": [0, 2, 4, 8], "batch_sizes": [1, 2, 4, 8, 16]}
+    # D: default 0,2,4,8 for SpecScope's engine (bench.SWEEP_DRAFT_LENS); an engine sweep's must be given
+    grid = {"drafters": ["ngram", "suffix"], "draft_lens": None, "batch_sizes": [1, 2, 4, 8, 16]}
     _add_sweep_args(sweep, grid)
     sweep.add_argument(
         "--db", help="the DuckDB store: its worker (which publishes its URL beside it) is used when running"

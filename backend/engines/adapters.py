@@ -51,6 +51,7 @@ class EngineAdapter(Protocol):
     name: str
     version_path: str  # GET it for the server's version ...
     version_key: str  # ... found under this key of the JSON reply
+    fresh_connections: bool  # a new connection per request (the server closes one after a streamed reply)
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest: ...
 
@@ -67,6 +68,8 @@ class EngineAdapter(Protocol):
 
 class OpenAIChat:
     """The OpenAI-compatible streamed chat completion vLLM, trtllm-serve and llama-server share."""
+
+    fresh_connections = False
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
@@ -117,6 +120,7 @@ class TensorRTLLMAdapter(OpenAIChat):
 class SGLangAdapter:
     name = "sglang"
     version_path, version_key = "/get_server_info", "version"
+    fresh_connections = False
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
         sampling = {"max_new_tokens": max_tokens, "temperature": 0}
@@ -141,6 +145,7 @@ class LlamaCppAdapter(OpenAIChat):
 
     name = "llamacpp"
     version_path, version_key = "/props", "build_info"
+    fresh_connections = True
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
         ask = super().request(prompt, max_tokens, model)

@@ -10,7 +10,9 @@ quoted if it never comes up. Knows nothing about what is measured.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
+import signal
 import subprocess
 import tempfile
 import time
@@ -28,6 +30,18 @@ def launch_command(template: str, draft_len: int, port: int) -> list[str]:
     return shlex.split(filled.replace("{draft_len}", str(draft_len)).replace("{port}", str(port)))
 
 
+def check_template(template: str) -> None:
+    """A ValueError in one sentence for a template that cannot start a server on the port it is given."""
+    try:
+        command = launch_command(template, 1, 1)
+    except ValueError as error:  # unbalanced quotes
+        raise ValueError(f"the launch command cannot be split into arguments ({error}): {template}") from error
+    if not command:
+        raise ValueError("the launch command is empty")
+    if "{port}" not in template:
+        raise ValueError("the launch command must contain {port}: SpecScope picks the port for each server")
+
+
 @contextlib.contextmanager
 def launched_server(template: str, draft_len: int, timeout_s: float = 1800.0) -> Iterator[str]:
     """Run the server for this D on a free loopback port until the block ends; yields its URL."""
@@ -36,7 +50,8 @@ def launched_server(template: str, draft_len: int, timeout_s: float = 1800.0) ->
     log_path = Path(tempfile.mkdtemp(prefix="specscope-engine-")) / "server.log"
     with log_path.open("w") as log:
         try:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            # its own process group, so stopping it stops the workers it spawns too (tensor-parallel ranks)
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as error:
             raise RuntimeError(f"cannot start `{command[0]}`: {error.strerror}") from error
         url = f"http://127.0.0.1:{port}"
@@ -44,12 +59,19 @@ def launched_server(template: str, draft_len: int, timeout_s: float = 1800.0) ->
             _wait_for_health(process, url, timeout_s, log_path)
             yield url
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, SIGKILL a minute later if it is still there."""
+    for sent in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sent)
+        try:
+            process.wait(timeout=60)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _wait_for_health(process: subprocess.Popen, url: str, timeout_s: float, log_path: Path) -> None:

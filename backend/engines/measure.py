@@ -88,11 +88,10 @@ def measure_point(
 ) -> dict:
     """Every prompt once, `concurrency` at a time; the point's figures (see the module docstring)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    # a fresh connection per request: a server that closes a connection after a streamed reply (llama-server
-    # does) would otherwise fail the next request sent on it; TTFT then includes the connect, as a new
-    # client's first request does
-    fresh = httpx.Limits(max_keepalive_connections=0)
-    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0, limits=fresh) as http:
+    # an engine that closes a connection after a streamed reply (llama-server) gets a fresh one per request,
+    # else the next request sent on it fails; the others keep theirs, so TTFT holds no connect time
+    limits = httpx.Limits(max_keepalive_connections=0) if adapter.fresh_connections else httpx.Limits()
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0, limits=limits) as http:
         before = adapter.read_counts(http)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -108,7 +107,7 @@ def measure_point(
         "new_tokens": tokens,
         "wall_s": wall,
         "throughput_tps": tokens / wall if wall > 0 else 0.0,
-        "interactivity_tps": 1 / statistics.mean(tpots) if tpots else None,
+        "interactivity_tps": 1 / statistics.mean(tpots) if tpots and statistics.mean(tpots) > 0 else None,
         "ttft_s": _percentile(ttfts, 0.5),
         "ttft_s_p90": _percentile(ttfts, 0.9),
         "tpot_s_p50": _percentile(tpots, 0.5),

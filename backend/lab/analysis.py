@@ -114,11 +114,12 @@ def newest_per_config(points: Sequence[dict]) -> list[dict]:
     """One point per (drafter, variant, D, batch size): the first seen, i.e. the newest sweep's when the points
     come newest first (as the store returns them), among SpecScope's points measured on its newest point's
     path (compiled or eager), so no speedup divides one path by the other; a serving engine's points
-    (`engine` set: no compile path) are all candidates."""
+    (`engine` set: no compile path) are all candidates, one per deployment (engine version and hardware)."""
     path = next((p.get("compile") for p in points if not p.get("engine")), None)
     seen, kept = set(), []
     for point in (p for p in points if p.get("engine") or p.get("compile") == path):
-        key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"])
+        deployment = (point.get("engine_version"), point.get("device")) if point.get("engine") else None
+        key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"], deployment)
         if key not in seen:
             seen.add(key)
             kept.append(point)

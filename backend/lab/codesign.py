@@ -48,15 +48,29 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
         "head_dim_from_config": bool(facts.get("head_dim")),
         "drafter": drafter,
     }
+    # configurations with a variant (a temperature or options a sweep varied) are left out: the rules are
+    # about D; so are an engine sweep's failed points (no figures)
     overall = newest_per_config(
-        [p for p in points if p.get("category", "all") == "all" and p.get("split", "all") == "all"]
+        [
+            p
+            for p in points
+            if p.get("category", "all") == "all"
+            and p.get("split", "all") == "all"
+            and not p.get("variant")
+            and p.get("status") != "failed"
+        ]
     )
     drafters = sorted({p["drafter"] for p in overall if p["drafter"] != plain_of(p["drafter"])})
-    if drafter is None and drafters:
-        drafter = max(drafters, key=lambda name: max(p["throughput_tps"] for p in overall if p["drafter"] == name))
+    if drafter is None and drafters:  # the fastest at batch size 1, where the curve is drawn (else at any)
+        candidates = [p for p in overall if p["drafter"] in drafters]
+        at_one = [p for p in candidates if p["batch_size"] == 1] or candidates
+        drafter = max(at_one, key=lambda p: p["throughput_tps"])["drafter"]
         report["drafter"] = drafter
     plain = plain_of(drafter or "none")
     chosen = [p for p in overall if p["drafter"] in (drafter, plain)]
+    if plain != "none" and any(p["drafter"] == drafter for p in chosen):  # one deployment: the newest measured
+        newest = next(p for p in chosen if p["drafter"] == drafter)
+        chosen = [p for p in chosen if _deployment(p) == _deployment(newest)]
     baseline = next((p for p in chosen if p["drafter"] == plain and p["batch_size"] == 1), None)
     single = [p for p in chosen if p["drafter"] == drafter and p["batch_size"] == 1 and _is_int(p["draft_len"])]
     if baseline and single:
@@ -101,6 +115,11 @@ def config_snippets(drafter: str, draft_len: str, by_batch_size: dict[str, str])
     if trtllm:
         snippets["tensorrt_llm"] = f"LLM('<model>', speculative_config={trtllm})"
     return snippets
+
+
+def _deployment(point: dict) -> tuple:
+    """Where a serving engine's point was measured: its engine version and hardware."""
+    return point.get("engine_version"), point.get("device")
 
 
 def _is_int(value) -> bool:

@@ -20,17 +20,19 @@ worker's client when a worker holds the store).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
 from backend.core.errors import SpecScopeError
 from backend.engines.adapters import adapter_for, engine_version, served_model
-from backend.engines.launch import launched_server
+from backend.engines.launch import check_template, launched_server
 from backend.engines.measure import measure_point
 from backend.lab.reference import cpu_model
 
@@ -64,7 +66,7 @@ class EngineSweep:
     draft_lens: list[int] = field(default_factory=list)  # with launch: one server each; with url: at most one
     method: str = "spec"  # the engine's speculative method, for the points' label
     target: str | None = None  # the served model's label; default: what the server lists at /v1/models
-    hardware: str | None = None  # where it runs; default: this machine for a launched server
+    hardware: str | None = None  # where it runs; default: this machine for a launched server, else the URL's host
     model: str | None = None  # the model name the OpenAI-compatible engines expect in requests
     token: str | None = None
     launch_timeout_s: float = 1800.0
@@ -75,6 +77,8 @@ class EngineSweep:
             raise ValueError("give either a server URL or a launch command template")
         if self.launch is not None and not self.draft_lens:
             raise ValueError("a launch template needs the D values to start a server for")
+        if self.launch is not None:
+            check_template(self.launch)
         if self.url is not None and len(self.draft_lens) > 1:
             raise ValueError("a running server has one D: give at most one draft length with a URL")
         if not self.prompts or not self.concurrency:
@@ -102,14 +106,16 @@ def this_machine() -> str:
 def run_engine_sweep(
     sweep: EngineSweep, sink: SweepSink, progress: Progress | None = None, resume: str | None = None
 ) -> dict:
-    """Measure every (D, concurrency) not stored yet; returns {sweep_id, status, points} (this run's points)."""
+    """Measure every (D, concurrency) not stored yet; returns {sweep_id, status, points} (this run's points).
+    The sweep is stored once a server has come up (with what it says about itself); when none does, nothing
+    is stored and the error says why. A resumed sweep must be the same grid on the same engine."""
     adapter_for(sweep.engine)  # an unknown engine fails before anything is stored
     if sweep.url is not None:
         _check_reachable(sweep)
     sweep_id = resume or uuid.uuid4().hex[:12]
     done = set()
     if resume:
-        sink.resume_sweep(resume)
+        _check_same_grid(sweep, sink.resume_sweep(resume))
         done = sink.measured_configs(resume)
     todo = [
         (draft_len, level)
@@ -117,34 +123,43 @@ def run_engine_sweep(
         for level in sweep.concurrency
         if (sweep.drafter(draft_len), _label(draft_len), level) not in done
     ]
-    started, points = bool(resume), []
-    for draft_len in dict.fromkeys(d for d, _ in todo):
-        levels = [level for d, level in todo if d == draft_len]
-        try:
-            with sweep.server(draft_len) as url:
-                if not started:
-                    _start(sweep, sink, sweep_id, url)
-                    started = True
-                for index, level in enumerate(levels):
-                    if progress:
-                        progress(f"D={_label(draft_len)}, concurrency {level}", len(points), len(todo))
-                    try:
-                        point = _measured(sweep, url, draft_len, level)
-                    except (httpx.HTTPError, RuntimeError, ValueError) as error:
-                        failed = [_failed(sweep, draft_len, rest, _reason(error)) for rest in levels[index:]]
-                        sink.add_sweep_points(sweep_id, failed)
-                        points += failed
-                        break
-                    sink.add_sweep_points(sweep_id, [point])
-                    points.append(point)
-        except (httpx.HTTPError, RuntimeError) as error:  # the server did not start, or failed on the way out
-            if not started:
-                _start(sweep, sink, sweep_id, None)
-                started = True
-            stored = {p["batch_size"] for p in points if p["draft_len"] == _label(draft_len)}
-            failed = [_failed(sweep, draft_len, lvl, _reason(error)) for lvl in levels if lvl not in stored]
-            sink.add_sweep_points(sweep_id, failed)
-            points += failed
+    started, points, unstored = bool(resume), [], []  # unstored: failures from before the sweep was stored
+    try:
+        for draft_len in dict.fromkeys(d for d, _ in todo):
+            levels = [level for d, level in todo if d == draft_len]
+            try:
+                with sweep.server(draft_len) as url:
+                    if not started:
+                        _start(sweep, sink, sweep_id, url)
+                        started = True
+                        if unstored:
+                            sink.add_sweep_points(sweep_id, unstored)
+                    for index, level in enumerate(levels):
+                        if progress:
+                            progress(f"D={_label(draft_len)}, concurrency {level}", len(points), len(todo))
+                        try:
+                            point = _measured(sweep, url, draft_len, level)
+                        except (httpx.HTTPError, RuntimeError, ValueError) as error:
+                            failed = [_failed(sweep, draft_len, rest, _reason(error)) for rest in levels[index:]]
+                            sink.add_sweep_points(sweep_id, failed)
+                            points += failed
+                            break
+                        sink.add_sweep_points(sweep_id, [point])
+                        points.append(point)
+            except (httpx.HTTPError, RuntimeError) as error:  # the server did not start, or failed on the way out
+                stored = {p["batch_size"] for p in points if p["draft_len"] == _label(draft_len)}
+                failed = [_failed(sweep, draft_len, lvl, _reason(error)) for lvl in levels if lvl not in stored]
+                if started:
+                    sink.add_sweep_points(sweep_id, failed)
+                else:
+                    unstored.extend(failed)
+                points += failed
+    except KeyboardInterrupt:  # what was measured stays; the sweep can be resumed
+        if started:
+            sink.finish_sweep(sweep_id, "incomplete")
+        raise
+    if not started and unstored:
+        raise SpecScopeError(f"no {sweep.engine} server came up, so nothing was stored: {unstored[0]['error']}")
     if not started:  # nothing was left to measure
         _start(sweep, sink, sweep_id, None)
     status = "incomplete" if any(p["status"] == "failed" for p in points) else "complete"
@@ -154,13 +169,32 @@ def run_engine_sweep(
     return {"sweep_id": sweep_id, "status": status, "points": points}
 
 
+def _check_same_grid(sweep: EngineSweep, stored: dict) -> None:
+    """A resumed sweep measures the same engine, method, D values and concurrencies as the stored one (its
+    failed points are measured again, never dropped)."""
+    settings = json.loads(stored.get("settings") or "{}")
+    config = json.loads(stored.get("engine_config") or "{}")
+    same = (
+        stored.get("engine") == sweep.engine
+        and config.get("method") == sweep.method
+        and settings.get("draft_lens") == list(sweep.draft_lens)
+        and settings.get("concurrency") == list(sweep.concurrency)
+    )
+    if not same:
+        raise SpecScopeError(
+            f"sweep {stored['sweep_id']} was measured on {stored.get('engine') or 'SpecScope'} with method "
+            f"{config.get('method')}, D {settings.get('draft_lens')} and concurrency {settings.get('concurrency')}: "
+            "resume it with the same --engine, --method, --draft-lens and --concurrency"
+        )
+
+
 def _check_reachable(sweep: EngineSweep) -> None:
     """A wrong URL or token is one sentence before anything is stored (GET /v1/models needs the token where
     the server has one; /health often does not)."""
     headers = {"Authorization": f"Bearer {sweep.token}"} if sweep.token else {}
     try:
         reply = httpx.get(f"{sweep.url.rstrip('/')}/v1/models", headers=headers, timeout=10)
-    except httpx.HTTPError as error:
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
         raise SpecScopeError(f"cannot reach the {sweep.engine} server at {sweep.url}: {error}") from error
     if reply.status_code in (401, 403):
         given = "the token given" if sweep.token else "requests without a token"
@@ -183,7 +217,7 @@ def _start(sweep: EngineSweep, sink: SweepSink, sweep_id: str, url: str | None) 
         headers = {"Authorization": f"Bearer {sweep.token}"} if sweep.token else {}
         with httpx.Client(base_url=url.rstrip("/"), headers=headers) as http:
             version, model = engine_version(http, adapter_for(sweep.engine)), served_model(http)
-    hardware = sweep.hardware or (this_machine() if sweep.launch else "unknown hardware")
+    hardware = sweep.hardware or (this_machine() if sweep.launch else f"the server at {urlsplit(sweep.url).netloc}")
     where = {"launch": sweep.launch} if sweep.launch else {"url": sweep.url}
     config = where | {"method": sweep.method, "served_model": model, "request_model": sweep.model}
     settings = sweep.settings | {

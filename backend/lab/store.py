@@ -26,6 +26,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from backend.core.errors import SpecScopeError
 from backend.core.paths import user_data
 from backend.lab.store_schema import DEFAULT_KINDS, DEFAULT_STATUSES, FINAL_FIELDS, MIGRATIONS, TABLES
 
@@ -277,6 +278,10 @@ class RunStore:
             "sweep_points", [{**point, "sweep_id": sweep_id, "draft_len": str(point["draft_len"])} for point in points]
         )
 
+    def has_sweep(self, sweep_id: str) -> bool:
+        with self._lock:
+            return bool(self._db.execute("SELECT 1 FROM sweeps WHERE sweep_id = ?", [sweep_id]).fetchall())
+
     def measured_configs(self, sweep_id: str) -> set[tuple[str, str, int]]:
         """The (drafter, draft_len, batch_size) a sweep has measured, failed points left out: what a resumed
         sweep skips."""
@@ -294,7 +299,7 @@ class RunStore:
         with self._lock:
             found = self._db.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [sweep_id]).df()
             if found.empty:
-                raise KeyError(f"no sweep {sweep_id} in {self.path}")
+                raise SpecScopeError(f"no sweep {sweep_id} in {self.path}")
             self._db.execute("DELETE FROM sweep_points WHERE sweep_id = ? AND status = 'failed'", [sweep_id])
             self._db.execute("UPDATE sweeps SET status = 'running', finished_at = NULL WHERE sweep_id = ?", [sweep_id])
         return found.to_dict(orient="records")[0]

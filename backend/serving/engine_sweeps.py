@@ -55,17 +55,21 @@ class FinishBody(BaseModel):
 def router(store: RunStore) -> APIRouter:
     routes = APIRouter()
 
+    def stored(sweep_id: str) -> str:
+        if not store.has_sweep(sweep_id):
+            raise HTTPException(404, f"no sweep {sweep_id} in {store.path}")
+        return sweep_id
+
     @routes.post("/engine-sweeps", summary="store a new sweep measured on a serving engine")
     def start(body: StartBody) -> dict:
+        if store.has_sweep(body.sweep_id):
+            raise HTTPException(409, f"sweep {body.sweep_id} is already stored: resume it instead")
         store.start_sweep(body.sweep_id, body.target, body.fingerprint, body.device, body.settings, body.engine)
         return {"sweep_id": body.sweep_id}
 
     @routes.post("/engine-sweeps/{sweep_id}/resume", summary="reopen a stored sweep to measure what it lacks")
     def resume(sweep_id: str) -> dict:
-        try:
-            row = store.resume_sweep(sweep_id)
-        except KeyError as error:
-            raise HTTPException(404, error.args[0]) from error
+        row = store.resume_sweep(stored(sweep_id))
         return {key: (str(value) if key.endswith("_at") else value) for key, value in row.items()}
 
     @routes.get("/engine-sweeps/{sweep_id}/measured", summary="the configurations a sweep has stored")
@@ -75,14 +79,14 @@ def router(store: RunStore) -> APIRouter:
     @routes.post("/engine-sweeps/{sweep_id}/points", summary="append measured (or failed) points")
     def points(sweep_id: str, body: PointsBody) -> dict:
         try:
-            store.add_sweep_points(sweep_id, [point.model_dump() for point in body.points])
+            store.add_sweep_points(stored(sweep_id), [point.model_dump() for point in body.points])
         except (TypeError, ValueError, pa.ArrowException) as error:  # a figure of the wrong type
             raise HTTPException(422, f"points not stored: {error}") from error
         return {"stored": len(body.points)}
 
     @routes.post("/engine-sweeps/{sweep_id}/finish", summary="mark a sweep complete or incomplete")
     def finish(sweep_id: str, body: FinishBody) -> dict:
-        store.finish_sweep(sweep_id, body.status)
+        store.finish_sweep(stored(sweep_id), body.status)
         return {"sweep_id": sweep_id, "status": body.status}
 
     return routes

@@ -299,17 +299,12 @@ def create_app(settings: WorkerSettings) -> FastAPI:
             facts = config_facts_cached(spec, settings.allow_remote_code)
         except SpecScopeError as error:
             raise HTTPException(422, str(error)) from error
-        # the user's own sweeps; the reference where there are none (the report says so). Configurations
-        # with a variant (a temperature or options a sweep varied) are left out: the rules are about D
+        # the user's own sweeps; the reference where there are none (the report says so)
         points = store.sweep_points(target=spec, reference=False)
         labels = [] if not points.empty else reference_labels(store, spec)
         if labels:
             points = store.sweep_points(target=spec, reference=True)
-        cleaned = [
-            p
-            for p in (_clean(p) for p in points.to_dict(orient="records"))
-            if not p.get("variant") and p.get("status") != "failed"
-        ]
+        cleaned = [_clean(p) for p in points.to_dict(orient="records")]
         return _clean({**codesign_report(facts, cleaned, drafter), "reference": labels[0] if labels else None})
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")

@@ -108,6 +108,13 @@ def test_a_sweep_from_the_browser_shows_progress_and_lands_on_pareto(browser_pag
 
 
 def test_a_llamacpp_sweep_lands_on_pareto_beside_the_local_engines_points(browser_page, e2e_worker):
+    page = browser_page
+    open_page(page, "Live", "Live speculative decoding")
+    open_page(page, "Pareto", "Throughput vs interactivity")
+    chart = page.locator(".js-plotly-plot").first
+    chart.wait_for()
+    before = {side: chart.evaluate(f"chart => ({POINTS})(chart, {side})") for side in ("true", "false")}
+
     command = [sys.executable, "-m", "backend", "bench", "sweep", "--engine", "llamacpp"]
     command += ["--launch", ngram_template(llama_server()), "--draft-lens", "4", "--method", "ngram-simple"]
     command += ["--concurrency", "1,2", "--categories", "code_editing,qa", "--per-category", "1"]
@@ -116,7 +123,6 @@ def test_a_llamacpp_sweep_lands_on_pareto_beside_the_local_engines_points(browse
     assert swept.returncode == 0, swept.stderr[-2000:]
     assert f"stored by the worker at {e2e_worker.url}" in swept.stderr
 
-    page = browser_page
     open_page(page, "Live", "Live speculative decoding")
     open_page(page, "Pareto", "Throughput vs interactivity")
     page.get_by_text("Open squares: serving engines").wait_for()
@@ -125,6 +131,6 @@ def test_a_llamacpp_sweep_lands_on_pareto_beside_the_local_engines_points(browse
     page.wait_for_function(
         f"chart => ({ENGINE_POINTS})(chart, 'llamacpp/ngram-simple · b11434') == 2", arg=chart.element_handle()
     )
-    assert chart.evaluate(f"chart => ({POINTS})(chart, false)") == 2  # the Sweep page's points, still there
-    assert chart.evaluate(f"chart => ({POINTS})(chart, true)") > 0  # and the reference's
+    after = {side: chart.evaluate(f"chart => ({POINTS})(chart, {side})") for side in ("true", "false")}
+    assert after == before and after["true"] > 0  # SpecScope's points (the reference's, any of yours) stay
     page.screenshot(path=str(SHOTS / "engine_on_pareto.png"), full_page=True)

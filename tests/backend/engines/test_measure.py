@@ -103,6 +103,12 @@ def test_launch_starts_one_server_per_d_and_stops_it(capsys, tmp_path):
 def test_engine_settings_are_checked_before_anything_runs(capsys, tmp_path):
     assert main(engine_sweep(tmp_path, "--engine", "vllm")) == 2
     assert "--engine needs --url (a running server) or --launch" in capsys.readouterr().err
+    assert main(engine_sweep(tmp_path, "--engine", "vllm", "--launch", "x {port}")) == 2
+    assert "--launch needs --draft-lens" in capsys.readouterr().err
+    assert main(engine_sweep(tmp_path, "--engine", "vllm", "--url", "http://x", "--draft-lens", "2")) == 2
+    assert "give it as --server-draft-len" in capsys.readouterr().err
+    assert main(engine_sweep(tmp_path, "--engine", "vllm", "--url", "http://[::1")) == 2
+    assert "cannot reach the vllm server at http://[::1" in capsys.readouterr().err
     assert main(engine_sweep(tmp_path, "--engine", "vllm", "--launch", "x {port}", "--draft-lens", "auto")) == 2
     assert "an engine's D values are whole numbers" in capsys.readouterr().err
     with FakeEngine("vllm") as server:

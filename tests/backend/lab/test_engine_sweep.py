@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from backend.core.errors import SpecScopeError
 from backend.lab.engine_sweep import EngineSweep, run_engine_sweep
 from backend.lab.store import RunStore
 from tests.backend.engines.fake_engine import DRAFT, FakeEngine
@@ -61,7 +62,8 @@ def test_a_running_server_is_measured_as_it_is(store):
         )
     assert [(p["drafter"], p["draft_len"]) for p in report["points"]] == [("llamacpp/ngram", str(DRAFT))] * 2
     row = store.sweeps().iloc[0]
-    assert (row["target"], row["device"], row["engine_version"]) == ("mine", "unknown hardware", "b1-fake")
+    where = f"the server at {server.url.removeprefix('http://')}"
+    assert (row["target"], row["device"], row["engine_version"]) == ("mine", where, "b1-fake")
     assert json.loads(row["engine_config"])["url"] == server.url
 
 
@@ -72,7 +74,7 @@ def test_an_engine_that_dies_mid_sweep_leaves_failed_points_and_a_resumable_swee
     measured, failed = report["points"]
     assert measured["status"] == "measured" and measured["batch_size"] == 1
     assert failed["status"] == "failed" and failed["batch_size"] == 3
-    assert "the server stopped answering" in failed["error"] or "refused" in failed["error"]
+    assert failed["error"].startswith("the server stopped answering:")
     stored = store.sweep_points(report["sweep_id"])
     assert sorted(stored["status"]) == ["failed", "measured"]
     assert store.sweeps().iloc[0]["status"] == "incomplete"
@@ -85,12 +87,29 @@ def test_an_engine_that_dies_mid_sweep_leaves_failed_points_and_a_resumable_swee
     assert store.sweeps().iloc[0]["status"] == "complete"
 
 
-def test_a_server_that_never_starts_marks_its_points_failed(store):
-    report = run_engine_sweep(sweep(launch=f"{sys.executable} -c 'print(1)'", draft_lens=[2]), store)
-    assert report["status"] == "incomplete"
-    assert [p["status"] for p in report["points"]] == ["failed", "failed"]
-    assert "the server exited with code 0 before it was up" in report["points"][0]["error"]
-    assert len(store.sweep_points(report["sweep_id"])) == 2
+def test_a_server_that_never_starts_stores_nothing_and_says_why(store):
+    with pytest.raises(SpecScopeError, match="no vllm server came up, so nothing was stored: the server exited"):
+        run_engine_sweep(sweep(launch=f"{sys.executable} -c 'print(1)' {{port}}", draft_lens=[2]), store)
+    assert store.sweeps().empty
+
+
+def test_a_server_that_fails_after_another_came_up_is_stored_failed(store):
+    failing = FAKE.replace("--engine vllm", "--engine vllm --exit-after 0")  # dies on its first request
+    report = run_engine_sweep(sweep(launch=failing, draft_lens=[2]), store)
+    assert [p["status"] for p in report["points"]] == ["failed", "failed"]  # the rest of its levels too
+    assert len(store.sweep_points(report["sweep_id"])) == 2 and store.sweeps().iloc[0]["status"] == "incomplete"
+
+
+def test_a_resumed_sweep_must_be_the_same_grid_on_the_same_engine(store):
+    first = run_engine_sweep(sweep(draft_lens=[2], concurrency=[1]), store)
+    for changes in ({"draft_lens": [2, 4]}, {"concurrency": [1, 2]}, {"method": "eagle3"}):
+        with pytest.raises(SpecScopeError, match="resume it with the same --engine, --method, --draft-lens"):
+            run_engine_sweep(
+                sweep(**({"draft_lens": [2], "concurrency": [1]} | changes)), store, resume=first["sweep_id"]
+            )
+    with pytest.raises(SpecScopeError, match="no sweep nope in"):
+        run_engine_sweep(sweep(), store, resume="nope")
+    assert len(store.sweep_points(first["sweep_id"])) == 1  # nothing lost
 
 
 @pytest.mark.parametrize(
@@ -99,6 +118,8 @@ def test_a_server_that_never_starts_marks_its_points_failed(store):
         ({"launch": None}, "give either a server URL or a launch command template"),
         ({"draft_lens": []}, "a launch template needs the D values"),
         ({"launch": None, "url": "http://127.0.0.1:9", "draft_lens": [2, 4]}, "a running server has one D"),
+        ({"launch": "serve --port 1"}, "must contain {port}"),
+        ({"launch": "serve 'unclosed {port}"}, "cannot be split into arguments"),
     ],
 )
 def test_bad_settings_are_one_sentence(changes, message):

@@ -37,3 +37,7 @@ def test_an_engine_sweep_is_stored_by_the_worker_that_holds_the_store(worker, ca
         sink.resume_sweep("nope")
     with pytest.raises(WorkerError, match="422"):
         sink.add_sweep_points(report["sweep_id"], [{"draft_len": 2}])  # no drafter, batch size, category
+    with pytest.raises(WorkerError, match="404.*no sweep nope"):
+        sink.add_sweep_points("nope", [])
+    with pytest.raises(WorkerError, match="409.*already stored"):
+        sink.start_sweep(report["sweep_id"], "served-model", None, "here", {}, {"engine": "sglang"})
