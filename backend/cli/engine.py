@@ -38,9 +38,7 @@ def add_engine_args(sweep: argparse.ArgumentParser) -> None:
     where.add_argument("--launch", help="a server command template with {draft_len} and {port}")
     group.add_argument("--server-draft-len", type=int, help="with --url: the D the running server was started with")
     group.add_argument("--method", default="spec", help="the engine's speculative method, for the points' labels")
-    group.add_argument(
-        "--hardware", help="where the engine runs (default: this machine; with --url, the URL's host)"
-    )
+    group.add_argument("--hardware", help="where the engine runs (default: this machine; with --url, the URL's host)")
     group.add_argument("--model", help="the model name the OpenAI-compatible engines expect in requests")
     group.add_argument("--token", help="a bearer token, where the server needs one")
     group.add_argument("--launch-timeout", type=float, default=1800.0, help="seconds a launched server may take")
