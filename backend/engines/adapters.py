@@ -18,7 +18,8 @@ and where each says its version (stored with every engine sweep):
 
     vllm          GET /version          {"version"}      vllm/entrypoints/openai/api_server.py
     tensorrt_llm  GET /version          {"version"}      tensorrt_llm/serve/openai_server.py
-    sglang        GET /get_server_info  {"version", ...} python/sglang/srt/entrypoints/http_server.py
+    sglang        GET /version, else /server_info or (older) /get_server_info   {"version"}
+                                                     python/sglang/srt/entrypoints/http_server.py
     llamacpp      GET /props            {"build_info"}   tools/server/server-context.cpp (get_res_props)
 
 All four list the served model at GET /v1/models (OpenAI's `data[0].id`).
@@ -49,8 +50,7 @@ class StreamRequest:
 
 class EngineAdapter(Protocol):
     name: str
-    version_path: str  # GET it for the server's version ...
-    version_key: str  # ... found under this key of the JSON reply
+    version_routes: tuple[tuple[str, str], ...]  # (GET path, key of the JSON reply) tried in turn for the version
     fresh_connections: bool  # a new connection per request (the server closes one after a streamed reply)
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest: ...
@@ -88,7 +88,7 @@ class OpenAIChat:
 
 class VllmAdapter(OpenAIChat):
     name = "vllm"
-    version_path, version_key = "/version", "version"
+    version_routes = (("/version", "version"),)
 
     def read_counts(self, http: httpx.Client) -> EngineCounts | None:
         reply = http.get("/metrics")
@@ -100,7 +100,7 @@ class TensorRTLLMAdapter(OpenAIChat):
     """trtllm-serve hands each iteration's statistics out once, so the adapter keeps the running totals."""
 
     name = "tensorrt_llm"
-    version_path, version_key = "/version", "version"
+    version_routes = (("/version", "version"),)
 
     def __init__(self) -> None:
         self.total = EngineCounts(0, 0, 0)
@@ -119,7 +119,7 @@ class TensorRTLLMAdapter(OpenAIChat):
 
 class SGLangAdapter:
     name = "sglang"
-    version_path, version_key = "/get_server_info", "version"
+    version_routes = (("/version", "version"), ("/server_info", "version"), ("/get_server_info", "version"))
     fresh_connections = False
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
@@ -144,7 +144,7 @@ class LlamaCppAdapter(OpenAIChat):
     a cached prompt would make the later points' TTFT a cache hit instead of a prefill."""
 
     name = "llamacpp"
-    version_path, version_key = "/props", "build_info"
+    version_routes = (("/props", "build_info"),)
     fresh_connections = True
 
     def request(self, prompt: str, max_tokens: int, model: str | None) -> StreamRequest:
@@ -184,8 +184,11 @@ def _json_reply(http: httpx.Client, path: str) -> dict | None:
 
 def engine_version(http: httpx.Client, adapter: EngineAdapter) -> str | None:
     """The version the server reports (see the module docstring); None where it does not say."""
-    found = (_json_reply(http, adapter.version_path) or {}).get(adapter.version_key)
-    return str(found) if found is not None else None
+    for path, key in adapter.version_routes:
+        found = (_json_reply(http, path) or {}).get(key)
+        if found is not None:
+            return str(found)
+    return None
 
 
 def served_model(http: httpx.Client) -> str | None:
