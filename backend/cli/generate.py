@@ -15,18 +15,25 @@ from backend.core.errors import SpecScopeError
 def generate_command(args: argparse.Namespace) -> int:
     from backend.core.engine import GenerationSettings
     from backend.core.policy import make_policy
+    from backend.core.target_passes import CompiledPasses
     from backend.core.verify import SamplingParams
     from backend.drafters import build_drafter
     from backend.lab.prompts import load_suite
     from backend.lab.runner import Runner
 
     make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
+    if args.tree_budget > 0:  # trees run on the eager forward: `auto` picks it, `on` is refused now
+        if args.compile == "on":
+            CompiledPasses.check_tree()
+        args.compile = "off"
     settings = GenerationSettings(
         max_new_tokens=args.max_new_tokens,
         draft_len=args.draft_len,
         sampling=SamplingParams(args.temperature, args.top_p, args.top_k),
         seed=args.seed,
         stop_strings=tuple(args.stop),
+        tree_budget=args.tree_budget,
+        tree_topk=args.tree_topk,
     )
     if args.suite is not None:
         questions = load_suite(args.suite, args.categories, args.limit)
@@ -39,6 +46,8 @@ def generate_command(args: argparse.Namespace) -> int:
     drafter = build_drafter(args.drafter, target, drafter_options(args))
     runner = Runner(target, use_chat_template=not args.no_chat_template)
     header = {"target": args.target, "drafter": args.drafter, "draft_len": args.draft_len}
+    if args.tree_budget:
+        header["tree_budget"] = args.tree_budget
     if questions is None:
         result = runner.run([text], drafter, settings)
         _print_result(runner, result, header, args.json)

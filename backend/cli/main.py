@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_draft_len,
         help="D, tokens drafted per step (0 = plain decoding), or auto (default)",
     )
+    generate.add_argument(
+        "--tree-budget",
+        type=int,
+        default=0,
+        help="draft a token tree of up to N nodes, D deep (0 = a chain, default); greedy, on the eager forward",
+    )
+    generate.add_argument("--tree-topk", type=int, default=4, help="with --tree-budget: children per tree node")
     _add_decoding_args(generate)
     generate.add_argument("--json", action="store_true", help="print JSON (one object per prompt per line)")
     generate.set_defaults(handler=generate_command)

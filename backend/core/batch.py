@@ -18,6 +18,7 @@ import torch
 from backend.core.batch_cache import rows_cache
 from backend.core.drafter import Drafter
 from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent
+from backend.core.errors import SpecScopeError
 
 
 @dataclass
@@ -65,6 +66,8 @@ class BatchEngine:
 
     def generate(self, prompts: list[list[int]], drafter: Drafter | None, settings: GenerationSettings) -> BatchResult:
         """Decode all prompts together (greedy or sampled, per-row seeds settings.seed + row)."""
+        if settings.tree_budget > 0:
+            raise SpecScopeError("tree drafts decode one sequence at a time for now: use batch size 1 or tree budget 0")
         engine = self.engine
         active: list[int] = list(range(len(prompts)))  # original row numbers still decoding
         sequences = [
@@ -137,5 +140,11 @@ class BatchEngine:
 
 def _row_settings(settings: GenerationSettings, row: int) -> GenerationSettings:
     return GenerationSettings(
-        settings.max_new_tokens, settings.draft_len, settings.sampling, settings.seed + row, settings.stop_strings
+        settings.max_new_tokens,
+        settings.draft_len,
+        settings.sampling,
+        settings.seed + row,
+        settings.stop_strings,
+        settings.tree_budget,
+        settings.tree_topk,
     )

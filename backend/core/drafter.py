@@ -6,7 +6,9 @@ the session then alternates:
 
   propose(request) -> Draft     up to `request.max_tokens` token ids, plus the draft distribution q
                                  of each when the mechanism has one (None means deterministic: q is
-                                 one-hot on the token, as vLLM treats n-gram drafts);
+                                 one-hot on the token, as vLLM treats n-gram drafts); with
+                                 `request.max_nodes` > 0 it may propose a token tree instead
+                                 (`Draft.parents`, up to max_nodes nodes, depth <= max_tokens);
   observe(outcome)               what the target committed this step (accepted drafts + its own token),
                                  with the target's hidden states at those positions when the drafter
                                  asked for them via `target_hidden_layers`.
@@ -64,6 +66,10 @@ class DraftRequest:
     max_tokens: int  # propose at most this many (D for this step); may be 0
     sampling: SamplingParams  # draft with the target's settings so q is comparable to p
     generator: torch.Generator  # the request's random stream, for drafters that sample
+    # trees (tree.py): at most this many nodes (0 = propose a chain), max_tokens capping the depth,
+    # at most `branching` children per node; a drafter without a tree builder proposes a chain
+    max_nodes: int = 0
+    branching: int = 1
 
 
 @dataclass
@@ -75,6 +81,9 @@ class Draft:
     # a short label of how strong the drafter's evidence was (e.g. "n3": a 3-token match); the auto
     # draft-length policy learns how often drafts with each label are accepted
     evidence: str | None = None
+    # a tree: the parent of each token (-1 = the newest committed token), parents before children,
+    # best first (tree.py); None is a chain. probs is then None (q one-hot on each node)
+    parents: list[int] | None = None
 
 
 @dataclass

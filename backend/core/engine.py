@@ -7,6 +7,10 @@
         a, t     = verify(logits, drafts, q, sampling)            backend/core/verify.py
         commit d_1..d_a, t;  keep the cache up to d_a;  x = t
 
+With a tree budget the drafts may be a token tree (tree.py): the pass scores every node under a
+tree mask, verification returns the kept root path, and the cache keeps that path moved into place.
+Trees are verified greedily, one sequence at a time, on the eager forward for now.
+
 How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
 engine's `passes` (target_passes.py).
 
@@ -30,6 +34,7 @@ from backend.core.drafter import Draft, Drafter, DraftRequest, DraftSession, Ste
 from backend.core.errors import SpecScopeError
 from backend.core.policy import DraftLengthPolicy, make_policy
 from backend.core.target_passes import target_passes
+from backend.core.tree import TreeLayout, depths, is_chain, within_depth
 from backend.core.verify import SamplingParams, Verdict, target_probs, verify
 
 
@@ -40,6 +45,8 @@ class GenerationSettings:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
     stop_strings: tuple[str, ...] = ()
+    tree_budget: int = 0  # nodes of a tree draft to verify per step; 0 = chains
+    tree_topk: int = 4  # at most this many children per tree node
 
 
 @dataclass
@@ -57,6 +64,10 @@ class StepEvent:
     verify_s: float
     stop_reason: str | None = None  # why fewer than draft_len drafts: "auto" (held back), or the drafter's reason
     finish_reason: str | None = None  # set on the last step: eos, length, stop, context
+    # a tree step: each drafted node's parent (-1 = the newest committed token) and the kept nodes
+    # (accepted = len(accepted_path)); None on chain steps
+    parents: list[int] | None = None
+    accepted_path: list[int] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +81,7 @@ class PendingStep:
     draft: Draft
     drafted: list[int]
     draft_s: float
+    parents: list[int] | None = None  # a tree's parents (never a chain's: chains stay None)
 
 
 class Sequence:
@@ -124,20 +136,30 @@ class Sequence:
         cap = min(policy.cap, self.max_new_tokens - len(self.output_ids) - 1)
         started = self.engine.clock()
         draft, verified = Draft([]), 0
+        nodes, branching = self.settings.tree_budget, self.settings.tree_topk
         if session is not None and cap > 0:
             committed = self.committed
             if self.drafter.free_to_propose:  # look first, then decide how much of it to verify
-                draft = session.propose(DraftRequest(committed, cap, sampling, self.generator))
-                verified = policy.choose(len(draft.tokens), draft.evidence)
+                draft = session.propose(DraftRequest(committed, cap, sampling, self.generator, nodes, branching))
+                if draft.parents is not None:  # the policy's D caps a tree's depth
+                    draft = _tree_within(draft, policy.choose(max(depths(draft.parents), default=0), draft.evidence))
+                verified = (
+                    policy.choose(len(draft.tokens), draft.evidence) if draft.parents is None else len(draft.tokens)
+                )
             else:  # decide first: every drafted token costs a forward pass
                 verified = policy.choose(cap, None)
                 if verified:
-                    draft = session.propose(DraftRequest(committed, verified, sampling, self.generator))
-        return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started)
+                    request = DraftRequest(committed, verified, sampling, self.generator, nodes, branching)
+                    draft = session.propose(request)
+                    verified = len(draft.tokens) if draft.parents is not None else verified
+        parents = draft.parents[:verified] if draft.parents is not None else None
+        if parents is not None and is_chain(parents):
+            parents = None  # a one-branch tree is a chain: the chain's code path
+        return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started, parents)
 
-    def verify(self, logits: torch.Tensor, pending: PendingStep) -> Verdict:
+    def verify(self, logits: torch.Tensor, pending: PendingStep, tree: TreeLayout | None = None) -> Verdict:
         """The acceptance rule on this sequence's slice of a verification pass.
-        logits: [k+1, V] for [newest token, d_1..d_k]."""
+        logits: [k+1, V] for [newest token, d_1..d_k]; `tree` is the layout of a tree step."""
         drafted, draft_probs = pending.drafted, pending.draft.probs
         replay = self.reference[len(self.output_ids) :] if self.reference is not None else None
         return verify(
@@ -147,6 +169,7 @@ class Sequence:
             self.settings.sampling,
             replay,
             self.generator,
+            tree,
         )
 
     def shown_probs(self, logits: torch.Tensor, verdict: Verdict) -> torch.Tensor:
@@ -166,12 +189,18 @@ class Sequence:
         hidden: dict[int, torch.Tensor] | None = None,
     ) -> StepEvent:
         """Append what the step kept, apply the stop rules, tell the policy and the drafter."""
-        drafted, draft = pending.drafted, pending.draft
-        new_tokens = [*drafted[: verdict.accepted], verdict.token]
-        # p_{i-1}(d_i) for each draft, then p_a(token): one read of k+1 values
-        shown_of = shown[[*range(len(drafted)), verdict.accepted], [*drafted, verdict.token]].tolist()
+        drafted, draft, parents, path = pending.drafted, pending.draft, pending.parents, verdict.path
+        kept = list(path) if path is not None else list(range(verdict.accepted))
+        new_tokens = [*(drafted[node] for node in kept), verdict.token]
+        # each draft's probability in its parent's row (p_{i-1}(d_i) on a chain), then the target token's
+        # in the last kept node's row: one read of k+1 values
+        rows = [parent + 1 for parent in parents] if parents is not None else list(range(len(drafted)))
+        shown_of = shown[[*rows, kept[-1] + 1 if kept else 0], [*drafted, verdict.token]].tolist()
         emitted, finish = self._cut_at_stops(new_tokens)
-        first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
+        if parents is not None:  # did a child of the root match the first committed token
+            first_matched = any(drafted[node] == new_tokens[0] for node, up in enumerate(parents) if up < 0)
+        else:
+            first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
         self.policy.observe(len(drafted), verdict.accepted, pending.draft_s + verify_s, draft.evidence, first_matched)
         event = StepEvent(
             index=len(self.steps),
@@ -187,6 +216,8 @@ class Sequence:
             verify_s=verify_s,
             stop_reason=_short_draft_reason(draft, len(drafted), pending.cap),
             finish_reason=finish,
+            parents=parents,
+            accepted_path=kept if path is not None else None,
         )
         self.output_ids.extend(emitted)
         self.steps.append(event)
@@ -246,12 +277,17 @@ class Generation:
                 pending = sequence.draft()
                 started = engine.clock()
                 committed = len(sequence.committed)
-                result = passes.forward([sequence.committed[-1], *pending.drafted], cache, bool(hidden_layers))
-                verdict = sequence.verify(result.logits, pending)
-                passes.keep(cache, committed + verdict.accepted)
+                tree = TreeLayout.of(pending.parents, engine.device) if pending.parents is not None else None
+                tokens = [sequence.committed[-1], *pending.drafted]
+                result = passes.forward(tokens, cache, bool(hidden_layers), tree=tree)
+                verdict = sequence.verify(result.logits, pending, tree)
+                if verdict.path is None:
+                    passes.keep(cache, committed + verdict.accepted)
+                else:
+                    passes.keep_path(cache, committed, verdict.path)
                 verify_s = engine.clock() - started
                 shown = sequence.shown_probs(result.logits, verdict)
-                hidden = {layer: result.hidden[layer][: verdict.accepted + 1] for layer in hidden_layers}
+                hidden = {layer: _kept_rows(result.hidden[layer], verdict) for layer in hidden_layers}
                 event = sequence.commit(pending, verdict, shown, verify_s, hidden)
                 self.decode_s += event.draft_s + event.verify_s
                 yield event
@@ -262,6 +298,22 @@ class Generation:
         for _ in self:
             pass
         return self
+
+
+def _kept_rows(states: torch.Tensor, verdict: Verdict) -> torch.Tensor:
+    """The rows [accepted + 1, H] of a pass's states [k + 1, H] that committed tokens follow: x's row,
+    then the kept drafts' (a tree's path, or a chain's first `accepted`)."""
+    if verdict.path is None:
+        return states[: verdict.accepted + 1]
+    return states[[0, *(node + 1 for node in verdict.path)]]
+
+
+def _tree_within(draft: Draft, max_depth: int) -> Draft:
+    """The part of a tree draft at depth <= max_depth (the policy's D), nodes still in order."""
+    kept, parents = within_depth(draft.parents, max_depth)
+    confidence = [draft.confidence[node] for node in kept] if draft.confidence is not None else None
+    stop_reason = "auto" if len(kept) < len(draft.tokens) else draft.stop_reason
+    return Draft([draft.tokens[node] for node in kept], None, confidence, stop_reason, draft.evidence, parents)
 
 
 def _short_draft_reason(draft: Draft, verified: int, cap: int) -> str | None:
@@ -306,6 +358,14 @@ class SpeculativeEngine:
             raise SpecScopeError("the prompt is empty: give at least one token of text")
         if settings.max_new_tokens < 1:
             raise SpecScopeError(f"max_new_tokens must be at least 1, got {settings.max_new_tokens}")
+        if settings.tree_budget < 0 or settings.tree_topk < 1:
+            raise SpecScopeError(
+                f"tree budget must be >= 0 and tree top-k >= 1, got {settings.tree_budget} and {settings.tree_topk}"
+            )
+        if settings.tree_budget > 0:
+            if not settings.sampling.greedy:
+                raise SpecScopeError("tree drafts are verified greedily for now: use temperature 0 or tree budget 0")
+            self.passes.check_tree()
         room = self.max_context - len(prompt_ids)
         if room < 1:
             raise SpecScopeError(

@@ -3,7 +3,9 @@
 The engine and the model-based drafters all run "feed these new tokens on top of the cache" and
 "forget everything after position n"; this module is the one place that knows how transformers 5.x
 spells those (the `cache=` keyword, `DynamicCache.crop` taking a negative count, sliding-window
-layers that must record their past before they can be rolled back). It knows nothing about drafting.
+layers that must record their past before they can be rolled back). A token tree's pass takes a 4D
+mask, which transformers' `masking_utils._preprocess_mask_arguments` passes through as given, and
+per-node positions; its kept path is then moved into place. It knows nothing about drafting.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from functools import cache as memoize
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+from backend.core.tree import TreeLayout
 
 
 @dataclass
@@ -40,6 +44,34 @@ def trim_cache(cache: DynamicCache, keep: int) -> None:
     cache.crop(-surplus)
 
 
+def keep_path(cache: DynamicCache, start: int, path: tuple[int, ...]) -> None:
+    """After a tree pass that wrote node i at slot start + i: move the kept path's entries to slots
+    start, start + 1, ... and drop the rest. The path is increasing, so every source is at or after
+    its destination; gathering before writing makes the overlap safe. RoPE needs no redo: node p_k
+    was rotated at position start - 1 + depth = start + k, its new slot. Following EAGLE's
+    `update_inference_inputs` (SafeAILab/EAGLE `eagle/model/utils.py`)."""
+    count = len(path)
+    if list(path) != list(range(count)):  # the first branch is already in place
+        with torch.inference_mode():  # the layers hold inference tensors: write them in that mode
+            for layer in cache.layers:
+                source = torch.tensor([start + node for node in path], device=layer.keys.device)  # [P]
+                layer.keys[:, :, start : start + count] = layer.keys.index_select(2, source)  # [1, H, P, D]
+                layer.values[:, :, start : start + count] = layer.values.index_select(2, source)
+    trim_cache(cache, start + count)
+
+
+def tree_attention_mask(past: int, tree: TreeLayout, dtype: torch.dtype) -> torch.Tensor:
+    """[1, 1, T, past + T] additive mask in the model's dtype: 0 where row t may attend (every cached
+    slot, and among the new ones itself and its ancestors), the dtype's minimum elsewhere. Additive,
+    not bool: eager attention adds the mask to its scores, SDPA takes either."""
+    width = tree.width
+    allowed = torch.cat(
+        [torch.ones(width, past, dtype=torch.bool, device=tree.ancestors.device), tree.ancestors], dim=1
+    )  # [T, past + T]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]  # [1, 1, T, past + T]
+
+
 @torch.inference_mode()
 def cached_forward(
     model: PreTrainedModel,
@@ -47,14 +79,20 @@ def cached_forward(
     cache: DynamicCache,
     want_hidden: bool = False,
     logits_to_keep: int = 0,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
 ) -> ForwardResult:
     """Run `token_ids` (one sequence) on top of `cache`, which grows by len(token_ids).
-    logits_to_keep=0 returns logits for every new position, k>0 for the last k only."""
+    logits_to_keep=0 returns logits for every new position, k>0 for the last k only.
+    attention_mask [1, 1, T, past + T] and position_ids [1, T] replace the causal defaults (a tree)."""
     device = model.device
     inputs = torch.tensor([token_ids], dtype=torch.long, device=device)  # [1, T]
     kwargs = {_cache_keyword(type(model)): cache, "use_cache": True, "logits_to_keep": logits_to_keep}
     if want_hidden:
         kwargs["output_hidden_states"] = True
+    if attention_mask is not None:
+        kwargs["attention_mask"] = attention_mask
+        kwargs["position_ids"] = position_ids
     out = model(input_ids=inputs, **kwargs)
     hidden = tuple(h[0] for h in out.hidden_states) if want_hidden else None
     return ForwardResult(out.logits[0].float(), hidden)

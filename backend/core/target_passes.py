@@ -2,7 +2,8 @@
 architecture; `--compile off`), or the fast path of fast_forward.py (static cache, compiled graphs;
 Llama-family models; `--compile on`). Both give the engine the same four calls: a cache for a request,
 prefill, a pass of new tokens, and keeping the first n cached positions. `auto` takes the fast path
-where the model and machine allow it.
+where the model and machine allow it. Token trees (a pass with a tree mask, then keeping the accepted
+path) run on the eager forward only, for models whose attention takes a 4D mask over every layer.
 
 Knows nothing about drafting or verification.
 """
@@ -17,10 +18,20 @@ from transformers import DynamicCache
 
 from backend.core.errors import SpecScopeError
 from backend.core.fast_forward import MAX_COMPILED_WIDTH, FastForward, compiler_reason, fast_path_reason
-from backend.core.kv import ForwardResult, cached_forward, new_cache, prepare_for_rollback, trim_cache
+from backend.core.kv import (
+    ForwardResult,
+    cached_forward,
+    keep_path,
+    new_cache,
+    prepare_for_rollback,
+    tree_attention_mask,
+    trim_cache,
+)
 from backend.core.static_kv import StaticKV
+from backend.core.tree import TreeLayout
 
 COMPILE_CHOICES = ("auto", "on", "off")
+TREE_MASKED_ATTENTION = ("sdpa", "eager")  # attention implementations that add a 4D float mask as given
 WARM_UP_WIDTHS = (8, 1)  # the verify graph (every width 2..32), then the one-token graph
 
 
@@ -41,13 +52,40 @@ class EagerPasses:
         return result
 
     def forward(
-        self, tokens: list[int], cache: DynamicCache, want_hidden: bool, last_only: bool = False
+        self,
+        tokens: list[int],
+        cache: DynamicCache,
+        want_hidden: bool,
+        last_only: bool = False,
+        tree: TreeLayout | None = None,
     ) -> ForwardResult:
-        """Logits of every new position, or (last_only) of the last one."""
-        return cached_forward(self.model, tokens, cache, want_hidden, logits_to_keep=1 if last_only else 0)
+        """Logits of every new position, or (last_only) of the last one. With `tree`, tokens are
+        [x, n_1 .. n_N] and each node sees the cache, x and its ancestors, at position past + depth."""
+        if tree is None:
+            return cached_forward(self.model, tokens, cache, want_hidden, logits_to_keep=1 if last_only else 0)
+        past = cache.get_seq_length()
+        mask = tree_attention_mask(past, tree, self.model.dtype)  # [1, 1, T, past + T]
+        positions = (past + tree.depths)[None]  # [1, T]
+        return cached_forward(self.model, tokens, cache, want_hidden, 0, mask, positions)
 
     def keep(self, cache: DynamicCache, keep: int) -> None:
         trim_cache(cache, keep)
+
+    def keep_path(self, cache: DynamicCache, start: int, path: tuple[int, ...]) -> None:
+        """Keep the first `start` positions, then the tree pass's nodes on `path`, moved into place."""
+        keep_path(cache, start, path)
+
+    def check_tree(self) -> None:
+        """Raise unless this model's passes can score a tree."""
+        implementation = self.model.config._attn_implementation
+        if implementation not in TREE_MASKED_ATTENTION:
+            raise SpecScopeError(
+                f"tree drafts need sdpa or eager attention, and this model uses {implementation}: set tree budget 0"
+            )
+        if any(getattr(layer, "is_sliding", False) for layer in new_cache(self.model).layers):
+            raise SpecScopeError(
+                "tree drafts need full attention in every layer (this model has sliding-window layers)"
+            )
 
     def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
         """A short prefill and a few steps, so the first request does not pay for the kernels' first use."""
@@ -71,9 +109,18 @@ class CompiledPasses:
     def prefill(self, tokens: list[int], cache: StaticKV, want_hidden: bool) -> ForwardResult | None:
         return self.forward(tokens, cache, want_hidden, last_only=True) if tokens else None
 
-    def forward(self, tokens: list[int], cache: StaticKV, want_hidden: bool, last_only: bool = False) -> ForwardResult:
+    def forward(
+        self,
+        tokens: list[int],
+        cache: StaticKV,
+        want_hidden: bool,
+        last_only: bool = False,
+        tree: TreeLayout | None = None,
+    ) -> ForwardResult:
         """Logits of every new position (with last_only, at least the last one's: the compiled widths
-        return all)."""
+        return all). Trees are refused (`check_tree`)."""
+        if tree is not None:
+            self.check_tree()
         if cache.room() < len(tokens):  # a drafter's cache, sized before its request's length was known
             cache.grow(len(tokens))
         ids = torch.tensor([tokens], dtype=torch.long, device=self.fast.device)  # [1, T]
@@ -82,6 +129,11 @@ class CompiledPasses:
 
     def keep(self, cache: StaticKV, keep: int) -> None:
         cache.keep(keep)
+
+    @staticmethod
+    def check_tree() -> None:
+        """Trees run on the eager forward for now."""
+        raise SpecScopeError("tree drafts run on Hugging Face's eager forward for now: use --compile off")
 
     def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
         """Compile the graphs now, single-sequence ones, and with `batched` those for batches of two or

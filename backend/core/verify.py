@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.core.errors import SpecScopeError
+from backend.core.tree import TreeLayout, children, path_to
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Verdict:
     # [D+1, V] the processed target distributions rejection sampling used (None for greedy and replay),
     # kept so the display does not compute them again
     probs: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # a tree's kept nodes, root child first (accepted = its length); None for a chain (range(accepted))
+    path: tuple[int, ...] | None = None
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -81,13 +84,17 @@ def verify(
     params: SamplingParams,
     replay: list[int] | None = None,
     generator: torch.Generator | None = None,
+    tree: TreeLayout | None = None,
 ) -> Verdict:
     """One step's acceptance: replay against `replay` (the target rollout from here on) when given,
     else greedy acceptance at temperature 0, else rejection sampling with `generator`.
 
     logits: [D+1, V] the target's raw logits for [x, d_1 .. d_D]; draft_probs: [D, V] q, or None for a
-    deterministic drafter.
+    deterministic drafter. With `tree` (a draft that branches) the drafts are its nodes and the
+    verdict carries the kept path; chains take the rules below unchanged.
     """
+    if tree is not None:
+        return _verify_tree(logits, drafted, params, replay, tree)
     if replay is not None:
         return replay_verify(replay, drafted)
     drafts = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [D]
@@ -109,6 +116,48 @@ def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict
     accepted = matches.cumprod(dim=0).sum().view(1)  # [1] a
     accepted_count, token = torch.cat([accepted, best.index_select(0, accepted)]).tolist()
     return Verdict(accepted_count, token)
+
+
+def _verify_tree(
+    logits: torch.Tensor, drafted: list[int], params: SamplingParams, replay: list[int] | None, tree: TreeLayout
+) -> Verdict:
+    if replay is not None:
+        return replay_tree_verify(replay, drafted, list(tree.parents))
+    if not params.greedy:
+        raise SpecScopeError("tree drafts are verified greedily for now: use temperature 0 or a chain")
+    return greedy_tree_verify(logits, torch.tensor(drafted, dtype=torch.long, device=logits.device), tree)
+
+
+def greedy_tree_verify(target_logits: torch.Tensor, drafted: torch.Tensor, tree: TreeLayout) -> Verdict:
+    """Keep the deepest root path whose every node equals the target's argmax at its parent; then
+    emit the target's argmax after that path's last node.
+
+    ok(n) = AND over the path to n of [d_m = argmax p_parent(m)];   path = the deepest ok node's path
+    (the first in list order among equally deep ones: distinct siblings leave one ok path, and a
+    duplicate sibling is an equally right greedy choice). One host sync, as greedy_verify.
+    target_logits: [N+1, V] rows [x, n_1 .. n_N]; drafted: [N] long.
+    """
+    best = target_logits.argmax(dim=-1)  # [N+1]
+    matches = drafted == best.index_select(0, tree.parent_rows)  # [N]
+    row_ok = torch.cat([matches.new_ones(1), matches])  # [N+1]: the root always stands
+    ok = ~(tree.ancestors & ~row_ok[None, :]).any(dim=-1)  # [N+1]: every row on the path matches
+    deepest = torch.where(ok, tree.depths, -1).argmax().view(1)  # [1] row of the deepest ok node
+    row, token = torch.cat([deepest, best.index_select(0, deepest)]).tolist()
+    path = tuple(path_to(list(tree.parents), row - 1))
+    return Verdict(len(path), token, path=path)
+
+
+def replay_tree_verify(reference: list[int], drafted: list[int], parents: list[int]) -> Verdict:
+    """Replay on a tree: from the root, step to the first child equal to the rollout's next token
+    while there is one; the target's token is the rollout's token after the path."""
+    below = children(parents)
+    path: list[int] = []
+    node = -1
+    while True:
+        node = next((child for child in below[node + 1] if drafted[child] == reference[len(path)]), None)
+        if node is None:
+            return Verdict(len(path), reference[len(path)], path=tuple(path))
+        path.append(node)
 
 
 def replay_verify(reference: list[int], drafted: list[int]) -> Verdict:
