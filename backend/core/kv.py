@@ -52,9 +52,10 @@ def keep_path(cache: DynamicCache, start: int, path: tuple[int, ...]) -> None:
     `update_inference_inputs` (SafeAILab/EAGLE `eagle/model/utils.py`)."""
     count = len(path)
     if list(path) != list(range(count)):  # the first branch is already in place
+        source = torch.tensor([start + node for node in path])  # [P] on the host
         with torch.inference_mode():  # the layers hold inference tensors: write them in that mode
-            for layer in cache.layers:
-                source = torch.tensor([start + node for node in path], device=layer.keys.device)  # [P]
+            for layer in cache.layers:  # layers may sit on different devices (a model split across GPUs)
+                source = source.to(layer.keys.device)
                 layer.keys[:, :, start : start + count] = layer.keys.index_select(2, source)  # [1, H, P, D]
                 layer.values[:, :, start : start + count] = layer.values.index_select(2, source)
     trim_cache(cache, start + count)

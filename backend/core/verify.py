@@ -121,6 +121,7 @@ def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict
 def _verify_tree(
     logits: torch.Tensor, drafted: list[int], params: SamplingParams, replay: list[int] | None, tree: TreeLayout
 ) -> Verdict:
+    """A tree step's rule: replay, or greedy; tree sampling is not supported yet."""
     if replay is not None:
         return replay_tree_verify(replay, drafted, list(tree.parents))
     if not params.greedy:
