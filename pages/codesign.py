@@ -14,6 +14,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from backend.lab.analysis import plain_of
 from backend.lab.architectures import ARCHITECTURES
 from backend.lab.draft_rules import DTYPE_BYTES, draft_rules, heads_problem, kv_cost, kv_lengths
 from backend.lab.hints import CODESIGN_HINT
@@ -31,7 +32,7 @@ def loaded_target() -> dict:
     target, _ = forms.analysis_target("cd", worker, top[0])
     try:
         stored = {p["drafter"] for p in worker.sweep_points(target=target)}
-        drafters = sorted(d for d in stored if d != "none" and not d.endswith("/none"))  # plain: the baselines
+        drafters = sorted(d for d in stored if d != plain_of(d))  # plain decoding is the baseline
         choice = top[1].selectbox("Drafter", [BEST, *drafters], key="cd_drafter")
         report = worker.codesign(target, None if choice == BEST else choice)
     except WorkerError as error:

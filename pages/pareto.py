@@ -48,11 +48,7 @@ def overall(points: list[dict]) -> list[dict]:
 reference = overall([p for p in stored if p.get("reference")])
 labels = sorted({p["reference"] for p in stored if p.get("reference")})
 served = [p for p in stored if p.get("engine") and not p.get("reference")]
-engines = [
-    q
-    for label in sorted({charts.engine_label(p) for p in served})
-    for q in overall([p for p in served if charts.engine_label(p) == label])
-]
+engines = overall(served)  # one point per configuration and deployment
 if not mine and not reference and not engines:
     st.info(
         f"No complete sweep stored for this target yet: run `{SWEEP_HINT}` (it writes through the running "

@@ -11,6 +11,7 @@ single-sequence ones (engine.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -139,12 +140,4 @@ class BatchEngine:
 
 
 def _row_settings(settings: GenerationSettings, row: int) -> GenerationSettings:
-    return GenerationSettings(
-        settings.max_new_tokens,
-        settings.draft_len,
-        settings.sampling,
-        settings.seed + row,
-        settings.stop_strings,
-        settings.tree_budget,
-        settings.tree_topk,
-    )
+    return dataclasses.replace(settings, seed=settings.seed + row)

@@ -82,9 +82,7 @@ def find_continuation(tokens: np.ndarray, min_n: int, max_n: int, max_tokens: in
     """
     length = len(tokens)
     for n in range(min(max_n, length - 1), min_n - 1, -1):
-        # candidate starts 0 .. length-n-1: each leaves at least one following token
-        windows = sliding_window_view(tokens[: length - 1], n)  # [length - n, n]
-        hits = np.flatnonzero((windows == tokens[length - n :]).all(axis=1))
+        hits = _matches(tokens, n)
         if hits.size:
             full = hits[hits + n + max_tokens <= length]
             start = int(full[-1] if full.size else hits[0]) + n

@@ -172,6 +172,11 @@ def adapter_for(engine: str) -> EngineAdapter:
     return ADAPTERS[engine]()
 
 
+def bearer(token: str | None) -> dict[str, str]:
+    """The Authorization header for a server that needs a token (none without one)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 def _json_reply(http: httpx.Client, path: str) -> dict | None:
     """GET `path` as a JSON object; None where the server has no such route or says something else."""
     try:

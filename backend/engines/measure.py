@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from backend.engines.adapters import EngineAdapter
+from backend.engines.adapters import EngineAdapter, bearer
 from backend.engines.counts import ReplyAcceptance
 
 
@@ -87,7 +87,7 @@ def measure_point(
     token: str | None = None,
 ) -> dict:
     """Every prompt once, `concurrency` at a time; the point's figures (see the module docstring)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = bearer(token)
     # an engine that closes a connection after a streamed reply (llama-server) gets a fresh one per request,
     # else the next request sent on it fails; the others keep theirs, so TTFT holds no connect time
     limits = httpx.Limits(max_keepalive_connections=0) if adapter.fresh_connections else httpx.Limits()

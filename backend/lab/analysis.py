@@ -110,6 +110,17 @@ def recommended_d(points: Sequence[dict]) -> dict[int, str]:
     return {size: str(point["draft_len"]) for size, point in sorted(best.items())}
 
 
+def deployment(point: dict) -> tuple | None:
+    """Where a serving engine's point was measured (its engine version and hardware); None for SpecScope's."""
+    return (point.get("engine_version"), point.get("device")) if point.get("engine") else None
+
+
+def plain_of(drafter: str) -> str:
+    """The plain decoding a drafter's speedup is measured against: its serving engine's ("vllm/none" for
+    "vllm/eagle3"), or SpecScope's ("none")."""
+    return f"{drafter.split('/')[0]}/none" if "/" in drafter else "none"
+
+
 def newest_per_config(points: Sequence[dict]) -> list[dict]:
     """One point per (drafter, variant, D, batch size): the first seen, i.e. the newest sweep's when the points
     come newest first (as the store returns them), among SpecScope's points measured on its newest point's
@@ -118,8 +129,7 @@ def newest_per_config(points: Sequence[dict]) -> list[dict]:
     path = next((p.get("compile") for p in points if not p.get("engine")), None)
     seen, kept = set(), []
     for point in (p for p in points if p.get("engine") or p.get("compile") == path):
-        deployment = (point.get("engine_version"), point.get("device")) if point.get("engine") else None
-        key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"], deployment)
+        key = (point["drafter"], point.get("variant"), str(point["draft_len"]), point["batch_size"], deployment(point))
         if key not in seen:
             seen.add(key)
             kept.append(point)

@@ -22,13 +22,8 @@ import json
 import math
 
 from backend.drafters import REGISTRY, options_for
-from backend.lab.analysis import newest_per_config, predicted_speedup, recommended_d
+from backend.lab.analysis import deployment, newest_per_config, plain_of, predicted_speedup, recommended_d
 from backend.lab.draft_rules import draft_rules
-
-
-def plain_of(drafter: str) -> str:
-    """The plain decoding a drafter's speedup is measured against: its serving engine's, or SpecScope's."""
-    return f"{drafter.split('/')[0]}/none" if "/" in drafter else "none"
 
 
 def codesign_report(facts: dict, points: list[dict], drafter: str | None = None) -> dict:
@@ -70,7 +65,7 @@ def codesign_report(facts: dict, points: list[dict], drafter: str | None = None)
     chosen = [p for p in overall if p["drafter"] in (drafter, plain)]
     if plain != "none" and any(p["drafter"] == drafter for p in chosen):  # one deployment: the newest measured
         newest = next(p for p in chosen if p["drafter"] == drafter)
-        chosen = [p for p in chosen if _deployment(p) == _deployment(newest)]
+        chosen = [p for p in chosen if deployment(p) == deployment(newest)]
     baseline = next((p for p in chosen if p["drafter"] == plain and p["batch_size"] == 1), None)
     single = [p for p in chosen if p["drafter"] == drafter and p["batch_size"] == 1 and _is_int(p["draft_len"])]
     if baseline and single:
@@ -115,11 +110,6 @@ def config_snippets(drafter: str, draft_len: str, by_batch_size: dict[str, str])
     if trtllm:
         snippets["tensorrt_llm"] = f"LLM('<model>', speculative_config={trtllm})"
     return snippets
-
-
-def _deployment(point: dict) -> tuple:
-    """Where a serving engine's point was measured: its engine version and hardware."""
-    return point.get("engine_version"), point.get("device")
 
 
 def _is_int(value) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,10 +30,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from backend.core.errors import SpecScopeError
-from backend.engines.adapters import adapter_for, engine_version, served_model
+from backend.engines.adapters import adapter_for, bearer, engine_version, served_model
 from backend.engines.launch import check_template, launched_server
 from backend.engines.measure import measure_point
-from backend.lab.reference import cpu_model
+from backend.lab.reference import this_machine
 
 Progress = Callable[[str, int, int], None]  # (label, points done, points in all)
 
@@ -46,7 +45,9 @@ class SweepSink(Protocol):
         self, sweep_id: str, target: str, fingerprint: str | None, device: str, settings: dict, engine: dict | None
     ) -> None: ...
 
-    def resume_sweep(self, sweep_id: str) -> dict: ...
+    def sweep(self, sweep_id: str) -> dict: ...
+
+    def resume_sweep(self, sweep_id: str) -> None: ...
 
     def measured_configs(self, sweep_id: str) -> set[tuple[str, str, int]]: ...
 
@@ -99,10 +100,6 @@ class EngineSweep:
                 yield url
 
 
-def this_machine() -> str:
-    return f"{cpu_model()} ({os.cpu_count()} cores)"
-
-
 def run_engine_sweep(
     sweep: EngineSweep, sink: SweepSink, progress: Progress | None = None, resume: str | None = None
 ) -> dict:
@@ -115,7 +112,8 @@ def run_engine_sweep(
     sweep_id = resume or uuid.uuid4().hex[:12]
     done = set()
     if resume:
-        _check_same_grid(sweep, sink.resume_sweep(resume))
+        _check_same_grid(sweep, sink.sweep(resume))  # before anything stored changes
+        sink.resume_sweep(resume)
         done = sink.measured_configs(resume)
     todo = [
         (draft_len, level)
@@ -191,7 +189,7 @@ def _check_same_grid(sweep: EngineSweep, stored: dict) -> None:
 def _check_reachable(sweep: EngineSweep) -> None:
     """A wrong URL or token is one sentence before anything is stored (GET /v1/models needs the token where
     the server has one; /health often does not)."""
-    headers = {"Authorization": f"Bearer {sweep.token}"} if sweep.token else {}
+    headers = bearer(sweep.token)
     try:
         reply = httpx.get(f"{sweep.url.rstrip('/')}/v1/models", headers=headers, timeout=10)
     except (httpx.HTTPError, httpx.InvalidURL) as error:
@@ -214,7 +212,7 @@ def _start(sweep: EngineSweep, sink: SweepSink, sweep_id: str, url: str | None) 
     """Store the sweep's row with what the first server that came up says about itself."""
     version = model = None
     if url is not None:
-        headers = {"Authorization": f"Bearer {sweep.token}"} if sweep.token else {}
+        headers = bearer(sweep.token)
         with httpx.Client(base_url=url.rstrip("/"), headers=headers) as http:
             version, model = engine_version(http, adapter_for(sweep.engine)), served_model(http)
     hardware = sweep.hardware or (this_machine() if sweep.launch else f"the server at {urlsplit(sweep.url).netloc}")

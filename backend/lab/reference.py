@@ -50,10 +50,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def this_machine() -> str:
+    """'<CPU model> (N cores)'."""
+    return f"{cpu_model()} ({os.cpu_count()} cores)"
+
+
 def reference_label(device: str, software: dict, when: datetime | None = None) -> str:
     """'reference: <CPU model> (N cores)[, device], <date>, SpecScope <version> (<commit>), torch <version>'."""
     when = when or datetime.now(UTC)
-    machine = f"{cpu_model()} ({os.cpu_count()} cores)"
+    machine = this_machine()
     if not device.startswith("cpu"):
         machine += f", {device}"
     commit = (software.get("git_commit") or "")[:10]

@@ -293,16 +293,20 @@ class RunStore:
             ).fetchall()
         return {(drafter, draft_len, batch_size) for drafter, draft_len, batch_size in rows}
 
-    def resume_sweep(self, sweep_id: str) -> dict:
-        """Reopen a stored sweep: its failed points go (the resumed sweep measures them again), it is
-        `running` again; returns its row. A clear error for an unknown id."""
+    def sweep(self, sweep_id: str) -> dict:
+        """One stored sweep's row; a clear error for an unknown id."""
         with self._lock:
             found = self._db.execute("SELECT * FROM sweeps WHERE sweep_id = ?", [sweep_id]).df()
-            if found.empty:
-                raise SpecScopeError(f"no sweep {sweep_id} in {self.path}")
+        if found.empty:
+            raise SpecScopeError(f"no sweep {sweep_id} in {self.path}")
+        return found.to_dict(orient="records")[0]
+
+    def resume_sweep(self, sweep_id: str) -> None:
+        """Reopen a stored sweep: its failed points go (the resumed sweep measures them again), it is
+        `running` again."""
+        with self._lock:
             self._db.execute("DELETE FROM sweep_points WHERE sweep_id = ? AND status = 'failed'", [sweep_id])
             self._db.execute("UPDATE sweeps SET status = 'running', finished_at = NULL WHERE sweep_id = ?", [sweep_id])
-        return found.to_dict(orient="records")[0]
 
     def finish_sweep(self, sweep_id: str, status: str) -> None:
         with self._lock:

@@ -138,8 +138,11 @@ class WorkerSweepSink:
         body = {"sweep_id": sweep_id, "target": target, "fingerprint": fingerprint, "device": device}
         self.client._post("/engine-sweeps", body | {"settings": settings, "engine": engine or {}})
 
-    def resume_sweep(self, sweep_id: str) -> dict:
-        return self.client._post(f"/engine-sweeps/{sweep_id}/resume", {})
+    def sweep(self, sweep_id: str) -> dict:
+        return self.client._get(f"/engine-sweeps/{sweep_id}")
+
+    def resume_sweep(self, sweep_id: str) -> None:
+        self.client._post(f"/engine-sweeps/{sweep_id}/resume", {})
 
     def measured_configs(self, sweep_id: str) -> set[tuple[str, str, int]]:
         return {tuple(config) for config in self.client._get(f"/engine-sweeps/{sweep_id}/measured")}

@@ -3,7 +3,8 @@ line) is stored: the worker stays the only writer of the store, and each point l
 measured, so an engine that dies mid-sweep loses nothing already stored.
 
     POST /engine-sweeps                        start one: {sweep_id, target, device, settings, engine}
-    POST /engine-sweeps/{sweep_id}/resume      reopen it (its failed points go); its row
+    GET  /engine-sweeps/{sweep_id}             its row (a resume checks it first)
+    POST /engine-sweeps/{sweep_id}/resume      reopen it (its failed points go)
     GET  /engine-sweeps/{sweep_id}/measured    [[drafter, draft_len, batch_size], ...] already stored
     POST /engine-sweeps/{sweep_id}/points      {points: [...]} append
     POST /engine-sweeps/{sweep_id}/finish      {status: complete | incomplete}
@@ -20,6 +21,7 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from backend.lab.store import RunStore
+from backend.serving.rows import json_row
 
 
 class StartBody(BaseModel):
@@ -67,10 +69,14 @@ def router(store: RunStore) -> APIRouter:
         store.start_sweep(body.sweep_id, body.target, body.fingerprint, body.device, body.settings, body.engine)
         return {"sweep_id": body.sweep_id}
 
+    @routes.get("/engine-sweeps/{sweep_id}", summary="a stored sweep's row")
+    def sweep(sweep_id: str) -> dict:
+        return json_row(store.sweep(stored(sweep_id)))
+
     @routes.post("/engine-sweeps/{sweep_id}/resume", summary="reopen a stored sweep to measure what it lacks")
     def resume(sweep_id: str) -> dict:
-        row = store.resume_sweep(stored(sweep_id))
-        return {key: (str(value) if key.endswith("_at") else value) for key, value in row.items()}
+        store.resume_sweep(stored(sweep_id))
+        return {"sweep_id": sweep_id}
 
     @routes.get("/engine-sweeps/{sweep_id}/measured", summary="the configurations a sweep has stored")
     def measured(sweep_id: str) -> list[list]:

@@ -24,7 +24,6 @@ import functools
 import ipaddress
 import json
 import logging
-import math
 import os
 import secrets
 import threading
@@ -62,6 +61,7 @@ from backend.serving.bodies import (
 from backend.serving.dispatch import JobDispatcher
 from backend.serving.jobs import Job, Scheduler
 from backend.serving.model_cache import ModelCache
+from backend.serving.rows import json_row
 from backend.serving.run_request import LaneSpec, RunRequest
 from backend.serving.validation import ModelName, Moment, name_problem
 
@@ -259,12 +259,12 @@ def create_app(settings: WorkerSettings) -> FastAPI:
 
     @app.get("/sweeps", summary="stored sweeps, newest first")
     def sweeps() -> list[dict]:
-        return [_clean(row) for row in store.sweeps().to_dict(orient="records")]
+        return [json_row(row) for row in store.sweeps().to_dict(orient="records")]
 
     @app.get("/sweeps/points", summary="sweep points: of one sweep, or of every sweep of a target")
     def sweep_points(sweep_id: str | None = None, target: str | None = None) -> list[dict]:
         frame = store.sweep_points(sweep_id, target)
-        return [_clean(row) for row in frame.to_dict(orient="records")]
+        return [json_row(row) for row in frame.to_dict(orient="records")]
 
     @app.get(
         "/aggregates/acceptance",
@@ -304,8 +304,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         labels = [] if not points.empty else reference_labels(store, spec)
         if labels:
             points = store.sweep_points(target=spec, reference=True)
-        cleaned = [_clean(p) for p in points.to_dict(orient="records")]
-        return _clean({**codesign_report(facts, cleaned, drafter), "reference": labels[0] if labels else None})
+        cleaned = [json_row(p) for p in points.to_dict(orient="records")]
+        return json_row({**codesign_report(facts, cleaned, drafter), "reference": labels[0] if labels else None})
 
     @app.get("/runs", summary="stored runs, newest first, with optional filters")
     def runs(
@@ -320,17 +320,17 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         limit: int = Query(1000, ge=1, le=MAX_RUNS_LISTED),
     ) -> list[dict]:
         frame = store.runs(target, drafter, draft_len, category, status, kind, since, until, limit)
-        return [_clean(row) for row in frame.to_dict(orient="records")]
+        return [json_row(row) for row in frame.to_dict(orient="records")]
 
     @app.get("/runs/{run_id}", summary="one stored run with its steps")
     def run(run_id: str) -> dict:
         found = store.run(run_id)
         if found is None:
             raise HTTPException(404, f"no run with id {run_id}")
-        steps = [_clean(row) for row in store.steps(run_id).to_dict(orient="records")]
+        steps = [json_row(row) for row in store.steps(run_id).to_dict(orient="records")]
         for step in steps:  # the same shape as streamed step records
             step["index"] = step.pop("step_index")
-        return {**_clean(found), "steps": steps}
+        return {**json_row(found), "steps": steps}
 
     app.include_router(sweep_jobs.router(scheduler, SweepBody))
     app.include_router(engine_sweeps.router(store))
@@ -338,24 +338,6 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     app.state.store = store
     app.state.models = models
     return app
-
-
-def _clean(row: dict) -> dict:
-    """A DataFrame row as JSON-friendly values (NaN -> None, arrays -> lists, JSON text -> objects)."""
-    cleaned = {}
-    for key, value in row.items():
-        if hasattr(value, "tolist"):
-            value = value.tolist()
-        if isinstance(value, list):
-            value = [None if isinstance(v, float) and math.isnan(v) else v for v in value]
-        elif isinstance(value, float) and math.isnan(value):
-            value = None
-        elif key in ("turns", "drafter_options") and isinstance(value, str):
-            value = json.loads(value)
-        elif value is not None and hasattr(value, "isoformat"):
-            value = value.isoformat()
-        cleaned[key] = value
-    return cleaned
 
 
 def _json_default(value):

@@ -112,6 +112,15 @@ def test_a_resumed_sweep_must_be_the_same_grid_on_the_same_engine(store):
     assert len(store.sweep_points(first["sweep_id"])) == 1  # nothing lost
 
 
+def test_a_refused_resume_leaves_failed_points_and_the_status_as_they_were(store):
+    first = run_engine_sweep(sweep(launch=FAKE + " --exit-after 3", draft_lens=[2]), store)
+    assert first["status"] == "incomplete"
+    with pytest.raises(SpecScopeError, match="resume it with the same"):
+        run_engine_sweep(sweep(draft_lens=[2, 4]), store, resume=first["sweep_id"])
+    assert sorted(store.sweep_points(first["sweep_id"])["status"]) == ["failed", "measured"]
+    assert store.sweep(first["sweep_id"])["status"] == "incomplete"
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [

@@ -33,8 +33,12 @@ def test_an_engine_sweep_is_stored_by_the_worker_that_holds_the_store(worker, ca
 
     sink = WorkerSweepSink(client)
     assert sink.measured_configs(report["sweep_id"]) == {("sglang/spec", "server", 1), ("sglang/spec", "server", 2)}
+    row = sink.sweep(report["sweep_id"])
+    assert (row["engine"], row["engine_version"], row["status"]) == ("sglang", "sglang-fake-1.0", "complete")
     with pytest.raises(WorkerError, match="no sweep nope"):
         sink.resume_sweep("nope")
+    with pytest.raises(WorkerError, match="404.*no sweep nope"):
+        sink.sweep("nope")
     with pytest.raises(WorkerError, match="422"):
         sink.add_sweep_points(report["sweep_id"], [{"draft_len": 2}])  # no drafter, batch size, category
     with pytest.raises(WorkerError, match="404.*no sweep nope"):
