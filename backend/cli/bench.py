@@ -10,9 +10,11 @@ import json
 import os
 import sys
 
-from backend.cli.common import drafter_options, load_target, quiet_libraries
+from backend.cli.common import drafter_options, eager_for_trees, load_target, quiet_libraries
 from backend.core.errors import SpecScopeError
 from backend.lab.hints import SWEEP_HINT
+
+LABEL = 24  # width of the config column: fits `suffix@auto/tree=16`
 
 
 def format_speed_table(report: dict) -> str:
@@ -31,37 +33,31 @@ def format_speed_table(report: dict) -> str:
             f"{where.get('theirs')}, logit margin {where.get('margin')}",
         )
     configs = {label: row for label, row in report["summary"].items() if label != "plain@0"}
-    header = f"{'config':<18}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
-    lines.append(header)
+    lines.append(
+        f"{'config':<{LABEL}}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
+    )
     for label, row in configs.items():
         al = f"{row['al']:.2f}" if row["al"] is not None else "-"
         versus_hf = row["geomean_speedup_vs_hf_assisted"]
         lines.append(
-            f"{label:<18}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
+            f"{label:<{LABEL}}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
             f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
             f"{row['lossless']:>10}"
         )
     lines += ["", "speedup vs plain by category:"]
     categories = sorted({row["category"] for row in report["results"]})
-    lines.append(f"{'config':<18}" + "".join(f"{c[:11]:>12}" for c in categories))
+    lines.append(f"{'config':<{LABEL}}" + "".join(f"{c[:11]:>12}" for c in categories))
     for label in configs:
-        name, draft_len = label.rsplit("@", 1)
-        cells = {
-            r["category"]: r["speedup_vs_plain"]
-            for r in report["results"]
-            if r["drafter"] == name and str(r["draft_len"]) == draft_len
-        }
-        lines.append(f"{label:<18}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
+        cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"] if r["config"] == label}
+        lines.append(f"{label:<{LABEL}}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
     lines += ["", "AL by category (95% bootstrap CI over prompts):"]
-    lines.append(f"{'config':<18}" + "".join(f"{c[:17]:>18}" for c in categories))
+    lines.append(f"{'config':<{LABEL}}" + "".join(f"{c[:17]:>18}" for c in categories))
     for label in configs:
-        name, draft_len = label.rsplit("@", 1)
-        cells = {
-            r["category"]: _al_with_ci(r)
-            for r in report["results"]
-            if r["drafter"] == name and str(r["draft_len"]) == draft_len
-        }
-        lines.append(f"{label:<18}" + "".join(f"{cells[c]:>18}" for c in categories))
+        cells = {r["category"]: _al_with_ci(r) for r in report["results"] if r["config"] == label}
+        lines.append(f"{label:<{LABEL}}" + "".join(f"{cells[c]:>18}" for c in categories))
+    branched = {label: row["branched_steps"] for label, row in configs.items() if "branched_steps" in row}
+    if branched:
+        lines += ["", "tree steps that branched: " + ", ".join(f"{k} {v:.0%}" for k, v in branched.items())]
     return "\n".join(lines)
 
 
@@ -96,10 +92,14 @@ def bench_speed(args: argparse.Namespace) -> int:
     from backend.lab.bench import speed_benchmark
 
     questions = _checked_questions(args)
+    if any(budget > 0 for budget in args.tree_budgets) and args.tree_topk < 1:
+        raise SpecScopeError(f"--tree-topk must be at least 1, got {args.tree_topk}")
+    eager_for_trees(args, any(args.tree_budgets))
     target = load_target(args)
     from tqdm import tqdm
 
-    runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + len(args.drafters) * len(args.draft_lens)
+    configs = len(args.drafters) * len(args.draft_lens) * len(args.tree_budgets)
+    runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + configs
     with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
 
         def progress(label: str) -> None:
@@ -107,7 +107,15 @@ def bench_speed(args: argparse.Namespace) -> int:
             bar.update(1)
 
         report = speed_benchmark(
-            target, questions, args.drafters, args.draft_lens, args.max_new_tokens, drafter_options(args), progress
+            target,
+            questions,
+            args.drafters,
+            args.draft_lens,
+            args.max_new_tokens,
+            drafter_options(args),
+            progress,
+            tree_budgets=tuple(args.tree_budgets),
+            tree_topk=args.tree_topk,
         )
     print(format_speed_table(report))
     if args.json:

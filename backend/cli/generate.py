@@ -8,24 +8,20 @@ import json
 import sys
 from pathlib import Path
 
-from backend.cli.common import drafter_options, load_target
+from backend.cli.common import drafter_options, eager_for_trees, load_target
 from backend.core.errors import SpecScopeError
 
 
 def generate_command(args: argparse.Namespace) -> int:
     from backend.core.engine import GenerationSettings
     from backend.core.policy import make_policy
-    from backend.core.target_passes import CompiledPasses
     from backend.core.verify import SamplingParams
     from backend.drafters import build_drafter
     from backend.lab.prompts import load_suite
     from backend.lab.runner import Runner
 
     make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
-    if args.tree_budget > 0:  # trees run on the eager forward: `auto` picks it, `on` is refused now
-        if args.compile == "on":
-            CompiledPasses.check_tree()
-        args.compile = "off"
+    eager_for_trees(args, args.tree_budget > 0)
     settings = GenerationSettings(
         max_new_tokens=args.max_new_tokens,
         draft_len=args.draft_len,

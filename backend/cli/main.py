@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from backend.cli.arg_types import draft_len, draft_lens, names, option_values, sizes, temperatures, tree_budgets
 from backend.cli.common import load_target, quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
@@ -72,13 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--prompt-file", type=Path, help="a file holding the prompt text")
     source.add_argument("--suite", type=Path, help="a question.jsonl suite: run every prompt in it")
     generate.add_argument("--limit", type=int, help="with --suite: only the first N prompts")
-    generate.add_argument("--categories", type=_names, help="with --suite: only these categories (comma-separated)")
+    generate.add_argument("--categories", type=names, help="with --suite: only these categories (comma-separated)")
     _add_model_args(generate)
     _add_drafter_args(generate)
     generate.add_argument(
         "--draft-len",
         default="auto",
-        type=_draft_len,
+        type=draft_len,
         help="D, tokens drafted per step (0 = plain decoding), or auto (default)",
     )
     generate.add_argument(
@@ -101,10 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     speed.add_argument("--suite", type=Path, required=True, help="a question.jsonl suite")
     speed.add_argument("--limit", type=int, help="only the first N prompts (after --categories)")
-    speed.add_argument("--categories", type=_names, help="only these categories (comma-separated)")
+    speed.add_argument("--categories", type=names, help="only these categories (comma-separated)")
     speed.add_argument("--per-category", type=int, help="only the first N prompts of each category")
-    speed.add_argument("--drafters", type=_names, default=["ngram", "suffix"], help="comma-separated drafters")
-    speed.add_argument("--draft-lens", type=_draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
+    speed.add_argument("--drafters", type=names, default=["ngram", "suffix"], help="comma-separated drafters")
+    speed.add_argument("--draft-lens", type=draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
+    speed.add_argument(
+        "--tree-budgets",
+        type=tree_budgets,
+        default=[0],
+        help="comma-separated tree budgets, nodes verified per step (0 = a chain, default); "
+        "a budget > 0 runs every configuration on the eager forward",
+    )
+    speed.add_argument("--tree-topk", type=int, default=4, help="with --tree-budgets: children per tree node")
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(speed)
@@ -119,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         "cache + torch.compile; with --compile off, eager only), interleaved; "
         "medians and the ratio to T = 1, the memory roofline and plain tok/s.",
     )
-    forward.add_argument("--batch-sizes", type=_sizes, default=[1, 16])
-    forward.add_argument("--widths", type=_sizes, default=[1, 2, 4, 8, 16, 32], help="new tokens per pass")
+    forward.add_argument("--batch-sizes", type=sizes, default=[1, 16])
+    forward.add_argument("--widths", type=sizes, default=[1, 2, 4, 8, 16, 32], help="new tokens per pass")
     forward.add_argument("--context", type=int, default=200, help="tokens already cached")
     forward.add_argument("--repeats", type=int, default=7)
     forward.add_argument("--profile", action="store_true", help="top operators of a 1- and a 9-token pass per mode")
@@ -165,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream.add_argument("--suite", type=Path, required=True)
     stream.add_argument("--per-category", type=int, default=1)
-    stream.add_argument("--categories", type=_names)
+    stream.add_argument("--categories", type=names)
     stream.add_argument("--drafter", default="suffix")
-    stream.add_argument("--draft-len", type=_draft_len, default="auto")
+    stream.add_argument("--draft-len", type=draft_len, default="auto")
     stream.add_argument("--max-new-tokens", type=int, default=128)
     stream.add_argument("--repeats", type=int, default=2)
     stream.add_argument("--target", default="default")
@@ -252,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--port", type=int, default=8765)
     worker.add_argument("--db", help="DuckDB file (default $SPECSCOPE_DB or data/specscope.duckdb)")
     worker.add_argument("--default-target", default="default", help="the target used when a request names none")
-    worker.add_argument("--preload", type=_names, default=None, help="models to load at start (default: the target)")
-    worker.add_argument("--targets", type=_names, default=[], help="more targets to offer in the dashboard")
+    worker.add_argument("--preload", type=names, default=None, help="models to load at start (default: the target)")
+    worker.add_argument("--targets", type=names, default=[], help="more targets to offer in the dashboard")
     worker.add_argument("--device", default="auto")
     worker.add_argument("--dtype", default="auto")
     worker.add_argument("--allow-remote-code", action="store_true", help="let models run their own code")
@@ -291,23 +300,23 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     """The grid and prompt flags `bench sweep` and `bench reference` share, with their own defaults."""
     parser.add_argument("--suite", type=Path, default=DEFAULT_SUITE, help="a question.jsonl suite (default: shipped)")
-    parser.add_argument("--drafters", type=_names, default=defaults["drafters"])
+    parser.add_argument("--drafters", type=names, default=defaults["drafters"])
     parser.add_argument(
         "--draft-lens",
-        type=_draft_lens,
+        type=draft_lens,
         default=defaults["draft_lens"],
         help="comma-separated D values; also auto, and schedule:1=8/4=4/16=2 (D by batch size)",
     )
     parser.add_argument(
-        "--batch-sizes", "--concurrency", type=_sizes, default=defaults["batch_sizes"], help="engines: concurrency"
+        "--batch-sizes", "--concurrency", type=sizes, default=defaults["batch_sizes"], help="engines: concurrency"
     )
     parser.add_argument(
-        "--temperatures", type=_temperatures, default=[0.0], help="comma-separated; 0 = greedy (default 0)"
+        "--temperatures", type=temperatures, default=[0.0], help="comma-separated; 0 = greedy (default 0)"
     )
     parser.add_argument(
         "--option",
         dest="options",
-        type=_option_values,
+        type=option_values,
         action="append",
         default=[],
         metavar="NAME=V1,V2",
@@ -315,7 +324,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
         "drafter_path=FOLDER1,FOLDER2 (repeatable; each drafter sweeps the options it has)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=defaults.get("max_new_tokens", 64))
-    parser.add_argument("--categories", type=_names)
+    parser.add_argument("--categories", type=names)
     parser.add_argument("--limit", type=int)
     parser.add_argument("--per-category", type=int, default=defaults.get("per_category"))
     parser.add_argument(
@@ -394,54 +403,6 @@ def _bench(command: str, args: argparse.Namespace) -> int:
         "codesign": cli_bench.codesign,
     }
     return handlers[command](args)
-
-
-def _names(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return names
-
-
-def _draft_len(text: str) -> int | str:
-    if text == "auto" or text.startswith("schedule:"):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
-
-
-def _draft_lens(text: str) -> list[int | str]:
-    return [_draft_len(part) for part in _names(text)]
-
-
-def _temperatures(text: str) -> list[float]:
-    try:
-        values = [float(part) for part in _names(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures, got {text!r}") from None
-    if any(not 0 <= value <= 10 for value in values):
-        raise argparse.ArgumentTypeError("temperatures must be between 0 and 10 (0 = greedy)")
-    return values
-
-
-def _option_values(text: str) -> tuple[str, list[str]]:
-    """NAME=V1,V2,... -> (name, values as text); the values are checked against the option's bounds later."""
-    name, equals, values = text.partition("=")
-    if not equals or not name.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=V1,V2 (e.g. ngram_max=2,3,4), got {text!r}")
-    return name.strip().replace("-", "_"), _names(values)
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in _names(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated batch sizes, got {text!r}") from None
-    if any(size < 1 for size in sizes):
-        raise argparse.ArgumentTypeError("batch sizes must be at least 1")
-    return sizes
 
 
 # ---------------------------------------------------------------------------------------------------

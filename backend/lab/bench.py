@@ -5,7 +5,7 @@ prompt, so drift in a shared machine's speed does not favour one configuration):
   - plain decoding through our engine (D = 0): the baseline and the reference output;
   - Hugging Face `generate`, greedy;
   - Hugging Face assisted generation with prompt lookup (`prompt_lookup_num_tokens` = D);
-  - each drafter at each D.
+  - each drafter at each D, and with tree budgets at each budget too (`drafter@D/tree=N`).
 Every output is checked token for token against the plain one. Speeds are end to end (prefill +
 decode, new tokens / wall seconds) for every configuration alike; speedups are per prompt, then
 geometric means per category and overall.
@@ -64,6 +64,26 @@ def hf_generate(
     return output[0, len(prompt_ids) :].tolist(), seconds
 
 
+@dataclass(frozen=True)
+class Config:
+    """One drafter configuration of the benchmark: a drafter, its D and its tree budget (0 = a chain)."""
+
+    drafter: str
+    draft_len: int | str
+    tree_budget: int = 0
+
+    @property
+    def label(self) -> str:
+        """`name@D`, or `name@D/tree=N` for a tree budget."""
+        tree = f"/tree={self.tree_budget}" if self.tree_budget else ""
+        return f"{self.drafter}@{self.draft_len}{tree}"
+
+
+def configs_of(drafters: list[str], draft_lens: list[int | str], tree_budgets: list[int]) -> list[Config]:
+    """Every drafter at every D and tree budget, in that order."""
+    return [Config(name, d, budget) for name in drafters for d in draft_lens for budget in tree_budgets]
+
+
 def speed_benchmark(
     target: LoadedModel,
     questions: list[Question],
@@ -73,25 +93,43 @@ def speed_benchmark(
     options: DrafterOptions,
     progress: Callable[[str], None] = lambda label: None,
     seed: int = 0,
+    tree_budgets: tuple[int, ...] = (0,),
+    tree_topk: int = 4,
 ) -> dict:
+    """The report (see `_report`). Tree budgets need passes that score trees (the eager forward, a
+    target loaded with compile off), and chains then run on the same passes."""
     runner = Runner(target)
-    settings = {d: GenerationSettings(max_new_tokens=max_new_tokens, draft_len=d) for d in [0, *draft_lens]}
-    built = {(name, d): build_drafter(name, target, options) for name in drafters for d in draft_lens}
+    if any(tree_budgets):
+        runner.engine.passes.check_tree()
+    configs = configs_of(drafters, draft_lens, list(tree_budgets))
+    settings = {
+        config.label: GenerationSettings(
+            max_new_tokens=max_new_tokens,
+            draft_len=config.draft_len,
+            tree_budget=config.tree_budget,
+            tree_topk=tree_topk,
+        )
+        for config in configs
+    }
+    plain_settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=0)
+    built = {config.label: build_drafter(config.drafter, target, options) for config in configs}
     hf_lens = [d for d in draft_lens if d != "auto"]
     runner.run(["Warm up."], None, GenerationSettings(max_new_tokens=8, draft_len=0))
     shuffle = random.Random(seed)
     per_prompt: list[dict[str, Measurement]] = []
     disagreements: list[dict] = []
     for question in questions:
-        plain = runner.run(question.turns, None, settings[0])
+        plain = runner.run(question.turns, None, plain_settings)
         progress("plain")
         measured = {"plain": Measurement(plain.output_ids, len(plain.output_ids), plain.wall_s, plain.steps)}
-        jobs: list[tuple[str, int | None, tuple | None]] = [("hf-generate", None, None)]
-        jobs += [(f"hf-assisted@{d}", d, None) for d in hf_lens]
-        jobs += [(f"{name}@{d}", None, (name, d)) for name, d in built]
+        jobs: list[tuple[str, int | None]] = [("hf-generate", None)]
+        jobs += [(f"hf-assisted@{d}", d) for d in hf_lens]
+        jobs += [(config.label, None) for config in configs]
         shuffle.shuffle(jobs)
-        for label, prompt_lookup, key in jobs:
-            if key is None:
+        for label, prompt_lookup in jobs:
+            if label in built:
+                measured[label] = _engine(runner, question, built[label], settings[label])
+            else:
                 measured[label] = _hf(target, plain, max_new_tokens, prompt_lookup)
                 if label == "hf-generate" and measured[label].output_ids != plain.output_ids:
                     disagreements.append(
@@ -101,11 +139,9 @@ def speed_benchmark(
                             **(first_disagreement(target, plain, measured[label].turn_outputs) or {}),
                         }
                     )
-            else:
-                measured[label] = _engine(runner, question, built[key], settings[key[1]])
             progress(label)
         per_prompt.append(measured)
-    report = _report(questions, per_prompt, drafters, draft_lens, hf_lens, runner.engine.compile)
+    report = _report(questions, per_prompt, configs, hf_lens, runner.engine.compile)
     report["hf_generate_disagreements"] = disagreements
     return report
 
@@ -156,24 +192,33 @@ def _engine(runner: Runner, question: Question, drafter, settings: GenerationSet
 def _report(
     questions: list[Question],
     per_prompt: list[dict[str, Measurement]],
-    drafters: list[str],
-    draft_lens: list[int | str],
+    configs: list[Config],
     hf_lens: list[int],
     compile: str,
 ) -> dict:
     categories = sorted({q.category for q in questions})
     results, summary = [], {}
-    labels = [(f"{name}@{d}", name, d) for name in drafters for d in draft_lens]
-    labels += [(f"hf-assisted@{d}", "hf-assisted", d) for d in hf_lens]
-    for label, name, draft_len in labels:
-        versus = _hf_reference(draft_len, hf_lens) if name != "hf-assisted" and hf_lens else None
+    labelled = [(config.label, config) for config in configs]
+    labelled += [(f"hf-assisted@{d}", Config("hf-assisted", d)) for d in hf_lens]
+    for label, config in labelled:
+        versus = _hf_reference(config.draft_len, hf_lens) if config.drafter != "hf-assisted" and hf_lens else None
         worst = float("inf")
         for category in categories:
             indices = [i for i, q in enumerate(questions) if q.category == category]
             row = _figures(per_prompt, label, indices, versus)
             worst = min(worst, row["speedup_vs_plain"])
             lossless = row.pop("equal") == len(indices)
-            results.append({"drafter": name, "draft_len": draft_len, "category": category, **row, "lossless": lossless})
+            results.append(
+                {
+                    "config": label,
+                    "drafter": config.drafter,
+                    "draft_len": config.draft_len,
+                    "tree_budget": config.tree_budget,
+                    "category": category,
+                    **row,
+                    "lossless": lossless,
+                }
+            )
         overall = _figures(per_prompt, label, list(range(len(questions))), versus)
         summary[label] = {
             "geomean_speedup_vs_plain": overall["speedup_vs_plain"],
@@ -183,6 +228,8 @@ def _report(
             "tokens_per_s": overall["tokens_per_s"],
             "lossless": f"{overall['equal']}/{len(questions)}",
         }
+        if config.tree_budget:
+            summary[label]["branched_steps"] = _branched_share(per_prompt, label)
     plain_runs = [m["plain"] for m in per_prompt]
     plain_tps = sum(r.new_tokens for r in plain_runs) / sum(r.seconds for r in plain_runs)
     plain_vs_hf = geomean([speedup(m["plain"].tokens_per_s, m["hf-generate"].tokens_per_s) for m in per_prompt])
@@ -196,6 +243,12 @@ def _report(
         "results": results,
         "summary": summary,
     }
+
+
+def _branched_share(per_prompt: list[dict[str, Measurement]], label: str) -> float:
+    """The share of a tree configuration's steps whose draft branched (the rest verified a chain)."""
+    steps = [step for measured in per_prompt for step in measured[label].steps]
+    return sum(step.parents is not None for step in steps) / len(steps) if steps else 0.0
 
 
 def _hf_reference(draft_len: int | str, hf_lens: list[int]) -> Callable[[dict[str, Measurement]], float]:

@@ -1,0 +1,66 @@
+"""argparse types for the command line: comma-separated lists of names, draft lengths, temperatures,
+batch sizes, tree budgets and drafter option values, each refusing bad text with one sentence.
+Knows nothing about what the commands do with them."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def names(text: str) -> list[str]:
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return parts
+
+
+def draft_len(text: str) -> int | str:
+    if text == "auto" or text.startswith("schedule:"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
+def draft_lens(text: str) -> list[int | str]:
+    return [draft_len(part) for part in names(text)]
+
+
+def temperatures(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures, got {text!r}") from None
+    if any(not 0 <= value <= 10 for value in values):
+        raise argparse.ArgumentTypeError("temperatures must be between 0 and 10 (0 = greedy)")
+    return values
+
+
+def option_values(text: str) -> tuple[str, list[str]]:
+    """NAME=V1,V2,... -> (name, values as text); the values are checked against the option's bounds later."""
+    name, equals, values = text.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=V1,V2 (e.g. ngram_max=2,3,4), got {text!r}")
+    return name.strip().replace("-", "_"), names(values)
+
+
+def sizes(text: str) -> list[int]:
+    try:
+        found = [int(part) for part in names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated batch sizes, got {text!r}") from None
+    if any(size < 1 for size in found):
+        raise argparse.ArgumentTypeError("batch sizes must be at least 1")
+    return found
+
+
+def tree_budgets(text: str) -> list[int]:
+    """0,8,16 -> [0, 8, 16]: nodes of a tree draft per step, 0 = a chain."""
+    try:
+        budgets = [int(part) for part in names(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated tree budgets (0 = a chain), got {text!r}") from None
+    if any(budget < 0 for budget in budgets):
+        raise argparse.ArgumentTypeError("tree budgets must be >= 0 (0 = a chain)")
+    return budgets

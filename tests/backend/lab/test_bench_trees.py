@@ -1,0 +1,76 @@
+"""`bench speed --tree-budgets`: tree configurations measured beside the chains they extend, under
+their own `drafter@D/tree=N` labels, lossless, on the passes that score trees."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from backend.cli.arg_types import tree_budgets
+from backend.cli.bench import format_speed_table
+from backend.cli.common import eager_for_trees
+from backend.core.errors import SpecScopeError
+from backend.drafters import DrafterOptions
+from backend.lab.bench import Config, configs_of, speed_benchmark
+from backend.lab.prompts import Question
+
+QUESTIONS = [
+    Question(1, "copy", ("w5 w9 w13 w5 w9 w14 w5 w9 w13 w5 w9 w14 w5 w9",)),
+    Question(2, "chat", ("w20 w21 w22 w20 w21 w23 w20 w21",)),
+]
+
+
+def test_labels_name_the_tree_budget_and_keep_chains_as_they_were():
+    configs = configs_of(["ngram", "suffix"], [4, "auto"], [0, 8])
+    assert [config.label for config in configs] == [
+        "ngram@4",
+        "ngram@4/tree=8",
+        "ngram@auto",
+        "ngram@auto/tree=8",
+        "suffix@4",
+        "suffix@4/tree=8",
+        "suffix@auto",
+        "suffix@auto/tree=8",
+    ]
+    assert Config("ngram", 2).label == "ngram@2"
+
+
+def test_tree_budgets_are_parsed_and_a_negative_one_is_refused():
+    assert tree_budgets("0,8, 16") == [0, 8, 16]
+    with pytest.raises(argparse.ArgumentTypeError, match=">= 0"):
+        tree_budgets("8,-1")
+    with pytest.raises(argparse.ArgumentTypeError, match="tree budgets"):
+        tree_budgets("eight")
+
+
+def test_trees_are_measured_beside_chains_losslessly(tiny):
+    report = speed_benchmark(tiny, QUESTIONS, ["ngram"], [4], 24, DrafterOptions(), tree_budgets=(0, 8), tree_topk=3)
+    summary = report["summary"]
+    assert {"ngram@4", "ngram@4/tree=8", "hf-assisted@4", "plain@0"} == set(summary)
+    tree = summary["ngram@4/tree=8"]
+    assert tree["lossless"] == "2/2" and summary["ngram@4"]["lossless"] == "2/2"
+    assert 0 < tree["branched_steps"] <= 1  # the repeated prompt leaves two continuations of "w5 w9"
+    assert "branched_steps" not in summary["ngram@4"]
+    rows = [row for row in report["results"] if row["config"] == "ngram@4/tree=8"]
+    assert [row["category"] for row in rows] == ["chat", "copy"]
+    assert all(row["tree_budget"] == 8 and row["draft_len"] == 4 and row["drafter"] == "ngram" for row in rows)
+    table = format_speed_table(report)
+    assert "ngram@4/tree=8" in table and "tree steps that branched: ngram@4/tree=8" in table
+
+
+def test_trees_on_passes_that_cannot_score_them_are_refused_before_measuring(tiny, monkeypatch):
+    monkeypatch.setattr(tiny.model.config, "_attn_implementation", "flash_attention_2")
+    with pytest.raises(SpecScopeError, match="tree drafts need sdpa or eager attention"):
+        speed_benchmark(tiny, QUESTIONS, ["ngram"], [4], 8, DrafterOptions(), tree_budgets=(0, 8))
+
+
+def test_the_command_line_refuses_compiled_trees_in_one_sentence():
+    with pytest.raises(SpecScopeError, match="eager forward"):
+        eager_for_trees(argparse.Namespace(compile="on"), True)
+    chosen = argparse.Namespace(compile="auto")
+    eager_for_trees(chosen, True)
+    assert chosen.compile == "off"
+    chains = argparse.Namespace(compile="auto")
+    eager_for_trees(chains, False)
+    assert chains.compile == "auto"
