@@ -77,6 +77,8 @@ class RunPlan:
     drafter: str
     draft_len: int | str
     max_new_tokens: int
+    tree_budget: int = 0  # nodes of a tree draft per step; 0 = chains
+    tree_topk: int | None = None  # children per tree node, for a tree budget
     drafter_options: dict = field(default_factory=dict)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0
@@ -119,6 +121,8 @@ class RunRecorder:
                 "drafter": plan.drafter,
                 "drafter_options": plan.drafter_options,
                 "draft_len": plan.draft_len,
+                "tree_budget": plan.tree_budget,
+                "tree_topk": plan.tree_topk,
                 "temperature": plan.sampling.temperature,
                 "top_p": plan.sampling.top_p,
                 "top_k": plan.sampling.top_k,

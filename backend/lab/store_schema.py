@@ -151,6 +151,15 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE sweep_points ADD COLUMN error VARCHAR;
     """,
     ),
+    (
+        7,
+        """
+        ALTER TABLE runs ADD COLUMN tree_budget INTEGER;    -- nodes of a tree draft per step; 0 = chains
+        ALTER TABLE runs ADD COLUMN tree_topk INTEGER;      -- children per tree node (NULL for chains)
+        ALTER TABLE steps ADD COLUMN parents INTEGER[];     -- a tree step: each drafted node's parent, -1 = root
+        ALTER TABLE steps ADD COLUMN accepted_path INTEGER[];  -- a tree step: the kept nodes, in order
+    """,
+    ),
 ]
 RUN_KINDS = ("generate", "compare", "replay", "sweep", "reference")  # 'generate' is a Live run
 RUN_STATUSES = ("complete", "cancelled", "incomplete", "failed")

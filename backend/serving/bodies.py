@@ -25,12 +25,18 @@ MAX_NEW_TOKENS = 2048
 MAX_RUNS_LISTED = 100_000
 KINDS_HELP = f"run kinds to count (default {', '.join(DEFAULT_KINDS)}; any of {', '.join(RUN_KINDS)})"
 STATUSES_HELP = f"run statuses to count (default {', '.join(DEFAULT_STATUSES)}; any of {', '.join(RUN_STATUSES)})"
+MAX_TREE_BUDGET = 64  # nodes: wider passes than any engine verifies per step
+MAX_TREE_TOPK = 16
 MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
 
 
 class DrafterChoice(CheckedBody):
     drafter: str = "suffix"
     draft_len: int | Literal["auto"] = "auto"
+    tree_budget: int = Field(
+        0, ge=0, le=MAX_TREE_BUDGET, description="nodes of a token tree verified per step (0 = a chain); greedy"
+    )
+    tree_topk: int = Field(4, ge=1, le=MAX_TREE_TOPK, description="with a tree budget: children per tree node")
 
     @field_validator("drafter")
     @classmethod
@@ -48,7 +54,7 @@ class DrafterChoice(CheckedBody):
 
     def lane(self) -> LaneSpec:
         options = DrafterOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DrafterOptions)})
-        return LaneSpec(self.drafter, self.draft_len, options)
+        return LaneSpec(self.drafter, self.draft_len, options, self.tree_budget, self.tree_topk)
 
 
 # the drafter and every registered drafter's options (bounds and help from the registry)

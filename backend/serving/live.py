@@ -151,7 +151,7 @@ class LiveRuns:
         compare = len(request.lanes) > 1
         kind = "replay" if reference is not None else ("compare" if compare else "generate")
         run_id = recorder.start(request.plan(spec, kind, group_id, index if compare else None))
-        events = runner.stream(request.turns, drafter, request.settings(spec.draft_len), reference)
+        events = runner.stream(request.turns, drafter, request.settings(spec), reference)
         job.emit(
             {
                 "type": "start",
@@ -171,7 +171,7 @@ class LiveRuns:
     def _open_plain_lane(self, runner: Runner, recorder: RunRecorder, request: RunRequest, group_id: str) -> LaneRun:
         """The hidden plain lane: the job's baseline, stepped in turn with the lanes."""
         run_id = recorder.start(request.plan(PLAIN_LANE, "baseline", group_id))
-        return LaneRun(None, PLAIN_LANE, run_id, runner.stream(request.turns, None, request.settings(0)))
+        return LaneRun(None, PLAIN_LANE, run_id, runner.stream(request.turns, None, request.settings(PLAIN_LANE)))
 
     def _interleave(self, job: Job, runner: Runner, recorder: RunRecorder, lanes: list[LaneRun]) -> None:
         """Advance the lanes together, token for token: the lane that has emitted the fewest tokens takes

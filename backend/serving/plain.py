@@ -84,7 +84,7 @@ def plain_rollout(job: Job, runner: Runner, recorder: RunRecorder, request: RunR
     store it as a `baseline` run of the job's group, and emit its `baseline` record."""
     run_id = recorder.start(request.plan(PLAIN_LANE, "baseline", group_id))
     try:
-        turns = _drain(job, runner, recorder, run_id, runner.stream(request.turns, None, request.settings(0)))
+        turns = _drain(job, runner, recorder, run_id, runner.stream(request.turns, None, request.settings(PLAIN_LANE)))
     except JobCancelled:
         recorder.cancel(run_id)
         raise

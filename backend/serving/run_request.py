@@ -1,5 +1,5 @@
 """A live run as the worker's compute thread receives it: the prompt's turns, the target, the lanes
-(a drafter, a draft length and its options each) and the decoding settings, and how they become the
+(a drafter, a draft length, a tree budget and its options each) and the decoding settings, and how they become the
 engine's settings and the store's run plan.
 
 Knows nothing about HTTP, jobs or the store.
@@ -22,6 +22,8 @@ class LaneSpec:
     drafter: str
     draft_len: int | str
     options: DrafterOptions
+    tree_budget: int = 0  # nodes of a tree draft per step; 0 = chains
+    tree_topk: int = 4  # children per tree node
 
     @property
     def is_plain(self) -> bool:
@@ -46,13 +48,15 @@ class RunRequest:
     question_id: str | None = None
     category: str | None = None
 
-    def settings(self, draft_len: int | str) -> GenerationSettings:
+    def settings(self, lane: LaneSpec) -> GenerationSettings:
         return GenerationSettings(
             max_new_tokens=self.max_new_tokens,
-            draft_len=draft_len,
+            draft_len=lane.draft_len,
             sampling=self.sampling,
             seed=self.seed,
             stop_strings=tuple(self.stop),
+            tree_budget=lane.tree_budget,
+            tree_topk=lane.tree_topk,
         )
 
     def plan(self, lane: LaneSpec, kind: str, group_id: str | None = None, index: int | None = None) -> RunPlan:
@@ -62,6 +66,8 @@ class RunRequest:
             turns=self.turns,
             drafter=lane.drafter,
             draft_len=lane.draft_len,
+            tree_budget=lane.tree_budget,
+            tree_topk=lane.tree_topk if lane.tree_budget else None,
             max_new_tokens=self.max_new_tokens,
             drafter_options={k: v for k, v in lane.options.__dict__.items() if v is not None},
             sampling=self.sampling,

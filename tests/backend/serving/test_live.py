@@ -5,6 +5,7 @@ memory across requests."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -216,3 +217,23 @@ def test_a_cancelled_job_teaches_the_drafter_nothing(worker):
     assert worker.suffix().memory() == {"sequences": 0, "tokens": 0}
     statuses = set(worker.store.runs()["status"])
     assert statuses == {"cancelled"}
+
+
+def test_a_tree_lane_streams_and_stores_its_tree_and_stays_lossless(worker):
+    tree_lane = LaneSpec("ngram", 4, DrafterOptions(), tree_budget=8, tree_topk=3)
+    chain = request([("ngram", 4)], prompt="w5 w9 w13 w5 w9 w14 w5 w9 w13 w5 w9")
+    job = worker.run(replace(chain, lanes=[tree_lane]))
+    [summary] = job.summaries()
+    assert summary["identity"]["identical"] is True
+    branched = [step for step in job.of("step") if step["parents"] is not None]
+    assert branched, "the repeated prompt leaves two continuations of w5 w9"
+    for step in branched:
+        assert len(step["parents"]) == len(step["drafted"]) and len(step["accepted_path"]) == step["accepted"]
+    run = worker.store.run(summary["run_id"])
+    assert (run["tree_budget"], run["tree_topk"]) == (8, 3)
+    stored = worker.store.steps(summary["run_id"])
+    trees = stored[stored["parents"].notna()]
+    assert [list(p) for p in trees["parents"]] == [step["parents"] for step in branched]
+    assert [list(p) for p in trees["accepted_path"]] == [step["accepted_path"] for step in branched]
+    plain = worker.store.run(job.of("baseline")[0]["run_id"])
+    assert (plain["tree_budget"], plain["tree_topk"]) == (0, None)

@@ -177,6 +177,9 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "target": "x" * 300}, "target: names must be at most"),
         ({"prompt": "w5", "drafter": "eagle3", "drafter_path": "/a/" + "b" * 300}, "drafter_path: names must be"),
         ({"prompt": "w5", "stop": ["\udfff"]}, "stop.0: text must be valid UTF-8"),
+        ({"prompt": "w5", "tree_budget": -1}, "tree_budget"),
+        ({"prompt": "w5", "tree_budget": 65}, "tree_budget"),
+        ({"prompt": "w5", "tree_budget": 8, "tree_topk": 0}, "tree_topk"),
     ],
 )
 def test_bad_requests_get_a_json_4xx(worker, body, message):
