@@ -42,6 +42,7 @@ REGISTRY: dict[str, DrafterSpec] = _registry(
 PLAIN = "none"
 DRAFTER_NAMES = (PLAIN, *REGISTRY)
 TRAINED = tuple(name for name, spec in REGISTRY.items() if spec.trained)
+TREE_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.trees)
 
 
 def all_options() -> list[OptionInfo]:

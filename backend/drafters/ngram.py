@@ -195,4 +195,5 @@ SPEC = DrafterSpec(
     NgramOptions,
     lambda target, options, load: NgramDrafter(target.tle_per_forward, options.ngram_min, options.ngram_max),
     export=_export,
+    trees=True,
 )

@@ -109,6 +109,8 @@ class DrafterSpec:
     export(draft_len, schedule, options) -> {engine: fragment}: the same drafter's settings as serving engines
     spell them (vllm: the --speculative-config dict; sglang: server flags; tensorrt_llm: the config object),
     `schedule` being a fixed D per batch size.
+    trees: the drafter proposes token trees when a request asks for them (DraftRequest.max_nodes > 0);
+    the others propose chains whatever the tree budget.
     """
 
     name: str
@@ -118,6 +120,7 @@ class DrafterSpec:
     trained: bool = False
     untrained: Callable[[LoadedModel], Drafter] | None = None
     export: Callable[[int, dict[int, int], Any], dict[str, Any]] | None = None
+    trees: bool = False
 
     def option_infos(self) -> list[OptionInfo]:
         hints = get_type_hints(self.options)

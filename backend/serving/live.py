@@ -13,9 +13,11 @@ Every figure compares like with like, within the job:
     starts warmer, and its start record says how warm.
 
 Records (each a dict with a `type`):
-  start     {run_id, lane, target facts, drafter, draft_len, cost, group_id,
-             memory: {sequences, tokens} the drafter remembered at the start of the job, or None}
-  step      {run_id, lane, turn, StepEvent fields, *_text (decoded tokens), running (AL, rate, tok/s)}
+  start     {run_id, lane, target facts, drafter, draft_len, tree_budget, compile (the passes: "off"
+             for every lane of a job with a tree lane, since trees run on the eager forward), cost,
+             group_id, memory: {sequences, tokens} the drafter remembered at the start of the job, or None}
+  step      {run_id, lane, turn, StepEvent fields (a tree step's parents and accepted_path included),
+             *_text (decoded tokens), running (AL, rate, tok/s)}
   baseline  {run_id, tokens_per_s, measured_at, how}   plain decoding of the prompt, in this job
   summary   {run_id, lane, metrics summary, text, output_ids, finish_reason, speedup,
              baseline_tokens_per_s, baseline_measured_at, baseline_how,
@@ -106,11 +108,12 @@ class LiveRuns:
 
     def run(self, job: Job, target: LoadedModel) -> None:
         request: RunRequest = job.request
-        recorder = RunRecorder(self.store, target, request.target)
+        passes = "off" if request.has_trees else None  # trees run on the eager forward: the whole job does
+        recorder = RunRecorder(self.store, target, request.target, passes)
         group_id = uuid.uuid4().hex  # the job's runs (lanes and plain baseline) share a group
         runs: list[LaneRun] = []
         try:
-            runner = Runner(target)
+            runner = Runner(target, compile=passes)
             baseline = plain_rollout(job, runner, recorder, request, group_id) if request.replay else None
             reference = baseline.output_ids if baseline else None
             for index, spec in enumerate(request.lanes):
@@ -161,6 +164,8 @@ class LiveRuns:
                 "facts": runner.target.facts.to_dict(),
                 "drafter": spec.drafter,
                 "draft_len": spec.draft_len,
+                "tree_budget": spec.tree_budget,
+                "compile": runner.engine.compile,
                 "cost": drafter.cost().to_dict() if drafter else None,
                 "group_id": group_id,
                 "memory": source.memory() if remembers else None,

@@ -201,6 +201,7 @@ def create_app(settings: WorkerSettings) -> FastAPI:
                     "card": drafter_card(available.get(name)),  # training summary and model card of those weights
                     "summary": REGISTRY[name].summary if name in REGISTRY else "plain decoding (no drafter)",
                     "trained": name in REGISTRY and REGISTRY[name].trained,
+                    "trees": name in REGISTRY and REGISTRY[name].trees,  # proposes token trees under a budget
                     "options": [info.to_dict() for info in REGISTRY[name].option_infos()] if name in REGISTRY else [],
                 }
                 for name in DRAFTER_NAMES

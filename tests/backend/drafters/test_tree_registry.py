@@ -1,0 +1,36 @@
+"""The registry's `trees` flag is honest: every drafter that declares trees gives plain greedy's output
+token for token with a tree budget and really branches on text with several continuations; every
+other drafter, asked for a tree, proposes chains and stays lossless."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.drafters import REGISTRY, TREE_DRAFTERS
+from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
+
+PROMPT = [4, 5, 6, 4, 5, 7, 4, 5, 8, 4, 5] * 2  # "4 5" was followed by 6, 7 and 8
+
+
+def decode(model, drafter, **settings):
+    engine = SpeculativeEngine(model.model, model.eos_token_ids, model.facts.max_context)
+    return engine.generate(PROMPT, drafter, GenerationSettings(max_new_tokens=40, **settings)).run()
+
+
+@pytest.mark.parametrize("name", EVERY_DRAFTER)
+def test_a_tree_budget_is_lossless_and_only_tree_drafters_branch(tiny, tiny_other, name):
+    plain = decode(tiny, None, draft_len=0)
+    drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
+    result = decode(tiny, drafter, draft_len=4, tree_budget=8, tree_topk=3)
+    assert result.output_ids == plain.output_ids
+    branched = [step for step in result.steps if step.parents is not None]
+    if REGISTRY[name].trees:
+        assert branched, f"{name} declares trees but never branched"
+        assert all(len(step.drafted) <= 8 and len(step.accepted_path) == step.accepted for step in branched)
+    else:
+        assert branched == []
+
+
+def test_the_lookup_drafters_declare_trees():
+    assert "ngram" in TREE_DRAFTERS
