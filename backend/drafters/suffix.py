@@ -17,13 +17,30 @@ path by the sum of its token probabilities, keep the best-scoring path (ties go 
 and the better of the two trees. Drafts are deterministic (q one-hot); the path probabilities are
 reported as the drafter's confidence.
 
+Asked for a token tree (`DraftRequest.max_nodes` > 0), each matched node grows a speculation tree
+instead, as Arctic Inference's `SuffixTree::_speculate_tree` does (snowflakedb/ArcticInference
+`csrc/suffix_decoding/suffix_tree.cc`): a heap of candidate children ranked by path probability,
+best first; each one popped joins the draft and offers its own `branching` most frequent children,
+those whose path probability is at least `min_token_prob`, until `max_nodes` nodes are drafted.
+Where Arctic lets the match length cap the number of nodes and offers every child, here the request
+sets the node budget and the children per node, and the match length caps the depth, as it caps a
+path's length (so `branching` 1 drafts the chain's path). A tree scores the sum of its nodes' path probabilities (the
+number of tokens it expects accepted); like Arctic's `cache.py`, the best tree of the local suffix
+tree and the best of the global one are not merged: the higher-scoring one is proposed, the local on
+a tie. Nodes come out best first, so the probabilities never rise along the list, every parent comes
+before its children and any prefix is a tree; when the same match wins, the tree's first branch is
+the path a chain would draft.
+
 Knows nothing about models; it sees token ids only.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import count
 
 import torch
 
@@ -41,10 +58,13 @@ class Node:
 
 
 @dataclass
-class Path:
+class Speculation:
+    """What a suffix tree proposes: tokens with their path probabilities, a chain or (`parents`) a tree."""
+
     tokens: list[int]
     probs: list[float]
-    match_len: int
+    match_len: int = 0
+    parents: list[int] | None = None  # per token, the index of its parent (-1: the newest token); None: a chain
 
     @property
     def score(self) -> float:
@@ -99,16 +119,55 @@ class SuffixTree:
 
     def best_path(
         self, context: list[int], max_tokens: int, max_spec_factor: float, max_spec_offset: float, min_token_prob: float
-    ) -> Path:
-        best = Path([], [], 0)
+    ) -> Speculation:
+        """The best-scoring path from the matched suffixes of `context`."""
+        return self._best_match(
+            context,
+            max_tokens,
+            max_spec_factor,
+            max_spec_offset,
+            lambda node, depth: _greedy_path(node, depth, min_token_prob),
+        )
+
+    def best_tree(
+        self,
+        context: list[int],
+        max_tokens: int,
+        max_spec_factor: float,
+        max_spec_offset: float,
+        min_token_prob: float,
+        max_nodes: int,
+        branching: int,
+    ) -> Speculation:
+        """The best-scoring speculation tree (at most `max_nodes` nodes, `branching` children per
+        node) from the matched suffixes of `context`."""
+        return self._best_match(
+            context,
+            max_tokens,
+            max_spec_factor,
+            max_spec_offset,
+            lambda node, depth: _greedy_tree(node, depth, min_token_prob, max_nodes, branching),
+        )
+
+    def _best_match(
+        self,
+        context: list[int],
+        max_tokens: int,
+        max_spec_factor: float,
+        max_spec_offset: float,
+        grow: Callable[[Node, int], Speculation],
+    ) -> Speculation:
+        """Grow a speculation (`grow(node, max depth)`) from the node of every matching suffix of
+        `context`, at most `match_len * max_spec_factor + max_spec_offset` deep, and keep the best."""
+        best = Speculation([], [])
         for match_len in range(1, min(len(context), self.max_depth - 1) + 1):
             node = self._walk(context[-match_len:])
             if node is None:
                 break  # a longer suffix contains this one, so it cannot match either
-            limit = min(max_tokens, int(match_len * max_spec_factor + max_spec_offset))
-            path = self._greedy_path(node, limit, min_token_prob, match_len)
-            if path.score >= best.score:
-                best = path
+            found = grow(node, min(max_tokens, int(match_len * max_spec_factor + max_spec_offset)))
+            found.match_len = match_len
+            if found.score >= best.score:
+                best = found
         return best
 
     def _walk(self, tokens: list[int]) -> Node | None:
@@ -119,20 +178,52 @@ class SuffixTree:
                 return None
         return node
 
-    @staticmethod
-    def _greedy_path(node: Node, limit: int, min_token_prob: float, match_len: int) -> Path:
-        tokens: list[int] = []
-        probs: list[float] = []
-        prob = 1.0
-        while len(tokens) < limit and node.children:
-            token, child = max(node.children.items(), key=lambda item: item[1].count)
-            prob *= child.count / node.count
-            if prob < min_token_prob:
-                break
-            tokens.append(token)
-            probs.append(prob)
-            node = child
-        return Path(tokens, probs, match_len)
+
+def _greedy_path(node: Node, limit: int, min_token_prob: float) -> Speculation:
+    """Follow the most frequent child (the first of equals) while the path probability holds."""
+    tokens: list[int] = []
+    probs: list[float] = []
+    prob = 1.0
+    while len(tokens) < limit and node.children:
+        token, child = max(node.children.items(), key=lambda item: item[1].count)
+        prob *= child.count / node.count
+        if prob < min_token_prob:
+            break
+        tokens.append(token)
+        probs.append(prob)
+        node = child
+    return Speculation(tokens, probs)
+
+
+def _greedy_tree(node: Node, max_depth: int, min_token_prob: float, max_nodes: int, branching: int) -> Speculation:
+    """The `max_nodes` most probable descendants of `node` (path probability >= min_token_prob, at most
+    `max_depth` deep, each node's `branching` most frequent children), best first."""
+    tokens: list[int] = []
+    probs: list[float] = []
+    parents: list[int] = []
+    # candidates: (-rank, push order, token, path probability, trie node, depth, parent's index in the draft)
+    frontier: list[tuple[float, int, int, float, Node, int, int]] = []
+    order = count()  # equal probabilities: the first pushed first (the more frequent, else the child seen first)
+
+    def offer_children(parent: Node, prob: float, depth: int, index: int) -> None:
+        if depth >= max_depth:
+            return
+        ranked = sorted(parent.children.items(), key=lambda item: item[1].count, reverse=True)[:branching]
+        for token, child in ranked:
+            child_prob = prob * child.count / parent.count
+            if child_prob >= min_token_prob:  # ranked rounded: equal fractions reached by other products tie
+                heapq.heappush(
+                    frontier, (-round(child_prob, 12), next(order), token, child_prob, child, depth + 1, index)
+                )
+
+    offer_children(node, 1.0, 0, -1)
+    while frontier and len(tokens) < max_nodes:
+        *_, token, prob, child, depth, parent = heapq.heappop(frontier)
+        tokens.append(token)
+        probs.append(prob)
+        parents.append(parent)
+        offer_children(child, prob, depth, len(tokens) - 1)
+    return Speculation(tokens, probs, parents=parents)
 
 
 class SuffixDrafter:
@@ -172,12 +263,17 @@ class SuffixDrafter:
         self._next_id += 1
         return SuffixSession(self, self._next_id, prompt)
 
-    def speculate(self, trees: list[SuffixTree], context: list[int], max_tokens: int) -> Path:
-        paths = [
-            tree.best_path(context, max_tokens, self.max_spec_factor, self.max_spec_offset, self.min_token_prob)
+    def speculate(self, trees: list[SuffixTree], context: list[int], request: DraftRequest) -> Speculation:
+        """The best-scoring speculation of the trees, the first on a tie: a path, or a tree when the
+        request asks for one."""
+        limits = (request.max_tokens, self.max_spec_factor, self.max_spec_offset, self.min_token_prob)
+        found = [
+            tree.best_tree(context, *limits, request.max_nodes, request.branching)
+            if request.max_nodes > 0
+            else tree.best_path(context, *limits)
             for tree in trees
         ]
-        return max(paths, key=lambda path: path.score)
+        return max(found, key=lambda speculation: speculation.score)
 
     def memory(self) -> dict[str, int]:
         return {"sequences": len(self._cached), "tokens": sum(len(output) for output in self._cached.values())}
@@ -226,10 +322,11 @@ class SuffixSession:
 
     def propose(self, request: DraftRequest) -> Draft:
         context = request.tokens[-self.drafter.max_depth :]
-        path = self.drafter.speculate([self.local_tree, self.drafter.global_tree], context, request.max_tokens)
-        if not path.tokens:
+        found = self.drafter.speculate([self.local_tree, self.drafter.global_tree], context, request)
+        if not found.tokens:
             return Draft([], stop_reason="no-match")
-        return Draft(path.tokens, confidence=path.probs, evidence=f"m{min(path.match_len, 8)}")
+        evidence = f"m{min(found.match_len, 8)}"
+        return Draft(found.tokens, confidence=found.probs, evidence=evidence, parents=found.parents)
 
     def observe(self, outcome: StepOutcome) -> None:
         self.local_tree.extend(0, outcome.committed)
