@@ -34,7 +34,8 @@ from backend.core.drafter import Draft, Drafter, DraftRequest, DraftSession, Ste
 from backend.core.errors import SpecScopeError
 from backend.core.policy import DraftLengthPolicy, make_policy
 from backend.core.target_passes import target_passes
-from backend.core.tree import TreeLayout, depths, is_chain, within_depth
+from backend.core.tree import TreeLayout
+from backend.core.tree_shape import depths, is_chain, within_depth
 from backend.core.verify import SamplingParams, Verdict, target_probs, verify
 
 

@@ -9,8 +9,9 @@ Row 0 of every tensor here is the root and row i + 1 is node i, matching the row
 pass over [x, n_1 .. n_N]. The ancestor matrix is built as EAGLE-2 builds its tree mask (row by row,
 each node's row = its parent's row plus itself; SafeAILab/EAGLE `eagle/model/cnets.py::topK_genrate`).
 
-Pure host-side helpers and one small layout of tensors; this module knows nothing about models,
-caches or acceptance rules.
+The shape of a tree as plain lists (parents, depths, paths, children) is tree_shape.py's, which the
+dashboard reads too; this module adds the ancestor matrix and the tensors a pass needs. It knows
+nothing about models, caches or acceptance rules.
 """
 
 from __future__ import annotations
@@ -19,44 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.core.errors import SpecScopeError
-
-
-def validate(parents: list[int]) -> None:
-    """Raise unless every node's parent is the root (-1) or an earlier node."""
-    for node, parent in enumerate(parents):
-        if not -1 <= parent < node:
-            raise SpecScopeError(f"tree node {node} has parent {parent}: a parent must be -1 or an earlier node")
-
-
-def is_chain(parents: list[int]) -> bool:
-    """Whether the tree is one branch: node i's parent is node i - 1."""
-    return all(parent == node - 1 for node, parent in enumerate(parents))
-
-
-def depths(parents: list[int]) -> list[int]:
-    """Each node's depth; the root's children have depth 1."""
-    found: list[int] = []
-    for parent in parents:
-        found.append(found[parent] + 1 if parent >= 0 else 1)
-    return found
-
-
-def path_to(parents: list[int], node: int) -> list[int]:
-    """The nodes from a child of the root down to `node`, in order ([] for the root, node -1)."""
-    path: list[int] = []
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
-
-
-def children(parents: list[int]) -> list[list[int]]:
-    """Per row (0 = root, i + 1 = node i), the child nodes in list order."""
-    found: list[list[int]] = [[] for _ in range(len(parents) + 1)]
-    for node, parent in enumerate(parents):
-        found[parent + 1].append(node)
-    return found
+from backend.core.tree_shape import depths, validate
 
 
 def ancestors(parents: list[int]) -> torch.Tensor:
@@ -67,13 +31,6 @@ def ancestors(parents: list[int]) -> torch.Tensor:
     for node, parent in enumerate(parents):
         mask[node + 1] |= mask[parent + 1]
     return mask
-
-
-def within_depth(parents: list[int], max_depth: int) -> tuple[list[int], list[int]]:
-    """(kept nodes, their parents renumbered): the nodes at depth <= max_depth, still in order."""
-    kept = [node for node, depth in enumerate(depths(parents)) if depth <= max_depth]
-    number = {node: index for index, node in enumerate(kept)}
-    return kept, [number[parents[node]] if parents[node] >= 0 else -1 for node in kept]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.core.errors import SpecScopeError
-from backend.core.tree import TreeLayout, children, path_to
+from backend.core.tree import TreeLayout
+from backend.core.tree_shape import children, path_to
 
 
 @dataclass(frozen=True)

@@ -371,4 +371,5 @@ SPEC = DrafterSpec(
         min_token_prob=options.suffix_min_token_prob,
     ),
     export=_export,
+    trees=True,
 )

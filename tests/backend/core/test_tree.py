@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from backend.core.errors import SpecScopeError
-from backend.core.tree import TreeLayout, ancestors, children, depths, is_chain, path_to, validate, within_depth
+from backend.core.tree import TreeLayout, ancestors
+from backend.core.tree_shape import children, depths, is_chain, path_to, validate, within_depth
 from backend.core.verify import SamplingParams, greedy_tree_verify, greedy_verify, replay_tree_verify, verify
 
 # root -> 0 -> 2 -> 4; root -> 1 -> 3; root -> 5

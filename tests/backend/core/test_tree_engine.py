@@ -15,7 +15,7 @@ from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
 from backend.core.target_passes import CompiledPasses, EagerPasses
-from backend.core.tree import children
+from backend.core.tree_shape import children
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from tests.helpers.scripted import PROMPT

@@ -9,7 +9,8 @@ import torch
 
 from backend.core.kv import cached_forward, new_cache, tree_attention_mask
 from backend.core.target_passes import EagerPasses
-from backend.core.tree import TreeLayout, path_to
+from backend.core.tree import TreeLayout
+from backend.core.tree_shape import path_to
 from tests.helpers.tiny import tiny_llama
 
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40]  # the last token is x, the root of the tree

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from backend.core.drafter import DraftRequest
-from backend.core.tree import children, depths, validate
+from backend.core.tree_shape import children, depths, validate
 from backend.core.verify import SamplingParams
 from backend.drafters.ngram import NgramDrafter, find_continuations
 

@@ -10,7 +10,7 @@ import torch
 from backend.core.drafter import DraftRequest
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.metrics import summary
-from backend.core.tree import children, depths, path_to, validate
+from backend.core.tree_shape import children, depths, path_to, validate
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from backend.drafters.suffix import SuffixDrafter, SuffixTree
