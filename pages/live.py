@@ -1,7 +1,8 @@
 """Live: paste a prompt, pick a drafter and D, and watch each step as the target accepts or rejects
 its drafts, with running AL, acceptance rate, speed and the speedup over plain decoding of the same
 prompt measured in the same job (with when and how), whether the output is token-identical to that
-plain run, and how warm the drafter's memory across requests was."""
+plain run, and how warm the drafter's memory across requests was. With a tree budget, each step's
+token tree can be opened and drawn whole."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import streamlit as st
 
 from backend.core.metrics import summary
 from backend.serving.client import WorkerError
-from ui import charts, connection, forms, run_status, tokens
+from ui import charts, connection, forms, run_status, tokens, trees
 
 worker = connection.client()
 st.title("Live speculative decoding")
@@ -43,10 +44,28 @@ def show_charts(slots, steps: list[dict], drafter: str | None) -> None:
 def describe(start: dict) -> str:
     cost = start.get("cost") or {}
     memory = run_status.memory_note(start)
+    tree = f" · token tree ≤ {start['tree_budget']} drafts (eager forward)" if start.get("tree_budget") else ""
     return (
-        f"{start['target']} · {start['drafter']} · D={start['draft_len']} · nominal ρ "
+        f"{start['target']} · {start['drafter']} · D={start['draft_len']}{tree} · nominal ρ "
         f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}" + (f" · {memory}" if memory else "")
     )
+
+
+def show_trees(steps: list[dict]) -> None:
+    """For a run with token trees: pick one of its tree steps (the one that kept the most, at first)
+    and see the whole tree."""
+    tree_steps = [step for step in steps if trees.is_tree_step(step)]
+    if not tree_steps:
+        return
+    labels = [f"turn {step.get('turn', 0) + 1} · step {step['index']}" for step in tree_steps]
+    best = max(range(len(tree_steps)), key=lambda i: (tree_steps[i]["accepted"], -i))
+    st.subheader("Token trees")
+    st.caption(
+        f"{len(tree_steps)} of {len(steps)} steps drafted a tree. Green: the path the target kept; red: "
+        "drafts it rejected; grey: drafts below a rejected one; the diamond is the target's own token."
+    )
+    chosen = st.select_slider("Step", labels, value=labels[best], key="live_tree_step")
+    st.plotly_chart(trees.tree_figure(tree_steps[labels.index(chosen)]))
 
 
 def stored_baseline(run: dict) -> dict | None:
@@ -98,6 +117,7 @@ def show_stored_run(run: dict) -> None:
         right.caption(note)
     if steps:
         show_charts(st.columns(2), steps[:shown], run.get("drafter"))
+        show_trees(steps[:shown])
 
 
 ended_before = run_status.previous_stream_end("live")  # how the last stream ended, if cut short
@@ -191,5 +211,6 @@ if last:
             verdict = run_status.identity_note(finished.get("identity"))
             if verdict:
                 getattr(st, verdict[0])(verdict[1])
+    show_trees(steps)
 else:
     output.html(tokens.output_html([], view, empty="Press Run to decode."))

@@ -1,5 +1,6 @@
 """The input widgets the Live and Compare pages share: prompt (typed or from the suite), target,
-drafter with its options, D and its training card, sampling settings, and the output view picker.
+drafter with its options, D, a token tree's budget (for drafters that build trees) and its training
+card, sampling settings, and the output view picker.
 Each input returns request fields for the worker; a number out of the worker's range is a
 one-sentence message under the inputs, never a silent clamp."""
 
@@ -12,6 +13,8 @@ from ui import tokens
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
+TREE_BUDGETS = [0, 4, 8, 12, 16, 24, 32, 48, 64]  # within the worker's bound (bodies.MAX_TREE_BUDGET)
+TREE_TOPKS = [1, 2, 3, 4, 6, 8]
 MAX_NEW_TOKENS = 2048  # the worker's bound on max_new_tokens (backend/serving/bodies.py; a test checks they agree)
 MAX_SEED = 2**31 - 1
 
@@ -83,6 +86,8 @@ def drafter_input(prefix: str, models: dict, default: str = "suffix", default_le
         help="Tokens drafted per step; 0 is plain decoding, auto adapts D every step.",
     )
     fields = {"drafter": drafter, "draft_len": draft_len}
+    if chosen.get("trees"):
+        fields |= tree_input(prefix)
     with st.expander("Drafter options"):
         if chosen.get("summary"):
             st.caption(chosen["summary"])
@@ -91,6 +96,29 @@ def drafter_input(prefix: str, models: dict, default: str = "suffix", default_le
         if not chosen.get("options"):
             st.caption("No options.")
     return fields
+
+
+def tree_input(prefix: str) -> dict:
+    """Tree budget (0 = one chain) and children per node, for a drafter that builds token trees."""
+    budget_column, topk_column = st.columns(2)
+    budget = budget_column.select_slider(
+        "Tree budget",
+        TREE_BUDGETS,
+        value=0,
+        key=f"{prefix}_tree",
+        help="Drafts verified per step as a token tree (0 = one chain): the target scores every branch "
+        "in one pass and keeps the longest that matches; D caps the tree's depth. Greedy; a run with a "
+        "tree runs on the eager forward, its plain baseline too.",
+    )
+    topk = topk_column.select_slider(
+        "Children per node",
+        TREE_TOPKS,
+        value=4,
+        key=f"{prefix}_tree_topk",
+        help="At most this many alternatives drafted after each node of the tree.",
+        disabled=budget == 0,
+    )
+    return {"tree_budget": budget, "tree_topk": topk}
 
 
 def option_input(prefix: str, option: dict):

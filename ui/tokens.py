@@ -5,7 +5,9 @@ of the output, and a newline or tab inside them is drawn as ↵ or → so it can
 target's own token amber when it corrects a rejection, violet when it is the bonus after every draft
 was accepted, blue on a step without drafts. Special tokens (`<|im_end|>`, `</s>`, ...) are small
 chips. Hovering a token shows its draft and target probabilities; a draft a confidence head cut short
-(DSpark) is marked with a small scissors. All text is HTML-escaped.
+(DSpark) is marked with a small scissors. A token-tree step shows its kept path, the alternatives
+rejected where the path stopped, the target's token, and a small fan (⑂ and the node count) whose
+hover lists every branch of the tree. All text is HTML-escaped.
 
 Knows only the step records' fields (token texts, counts of accepted and emitted tokens), not the
 tokenizer: a special token is recognised by its text.
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import re
 from html import escape
+
+from ui.trees import branches_text, is_tree_step, node_fates
 
 WITH_DRAFTS, ANSWER_ONLY = "with drafts", "answer only"
 VIEWS = (WITH_DRAFTS, ANSWER_ONLY)
@@ -37,6 +41,7 @@ STYLE = """<style>
 .ss-special { font-size: 0.7rem; padding: 0 0.3rem; border: 1px solid currentColor; border-radius: 0.6rem;
               vertical-align: 0.1rem; }
 .ss-cut { color: #b26b00; font-size: 0.75rem; vertical-align: super; }
+.ss-fan { color: #555; font-size: 0.7rem; vertical-align: super; padding: 0 0.15rem; cursor: help; }
 .ss-turn { display: block; color: #666; font-style: italic; margin: 0.4rem 0; }
 .ss-legend { line-height: 1.9; }
 .ss-legend span { padding: 0 0.4rem; margin-right: 0.4rem; }
@@ -49,7 +54,8 @@ LEGEND = (
     '<span class="ss-tgt ss-bonus">bonus: the target\'s extra token, all drafts accepted</span>'
     '<span class="ss-tgt">target\'s token, no drafts</span>'
     '<span class="ss-special" title="a token the tokenizer marks special, e.g. &lt;|im_end|&gt;">special token</span>'
-    '<span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence · ↵ and → are a newline and '
+    '<span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence · '
+    '<span class="ss-fan">⑂8</span>a token tree of 8 drafts (hover: its branches) · ↵ and → are a newline and '
     "a tab inside a draft that was not kept</div>"
 )
 
@@ -73,6 +79,8 @@ def _span(css: str, text: str, title: str, kept: bool = True) -> str:
 
 def step_html(step: dict) -> str:
     """One engine step: its drafts (coloured by fate) then the target's token."""
+    if is_tree_step(step):
+        return tree_step_html(step)
     drafted_text, accepted = step.get("drafted_text") or [], step["accepted"]
     emitted = len(step["emitted"])
     parts = []
@@ -107,6 +115,34 @@ def step_html(step: dict) -> str:
         title = f"step {step['index']} · {kind}: target p={step.get('target_token_prob', 0):.3f}"
         parts.append(_span(css, step.get("target_text", ""), title))
     return "".join(parts)
+
+
+def tree_step_html(step: dict) -> str:
+    """A token-tree step: the kept path, the rejected children of its last node, the target's token
+    (the bonus when that node had no children), then the fan whose hover lists every branch."""
+    texts, parents = step.get("drafted_text") or [], list(step["parents"])
+    path, emitted = list(step.get("accepted_path") or []), len(step["emitted"])
+    fates = node_fates(step)
+    where = f"step {step['index']} · tree of {len(parents)} drafts"
+    parts = []
+    for position, node in enumerate(path[:emitted]):
+        title = f"{where} · node {node + 1}, kept at depth {position + 1}: {_probs(step, node)}"
+        parts.append(_span("ss-acc", texts[node], title))
+    last = path[-1] if path else -1
+    rejected = [node for node, parent in enumerate(parents) if parent == last and fates[node] == "rejected"]
+    if emitted > len(path):
+        for node in rejected:
+            title = f"{where} · node {node + 1}, rejected: {_probs(step, node)}"
+            parts.append(_span("ss-rej", texts[node], title, kept=False))
+        css, kind = ("ss-tgt ss-fix", "correction") if rejected else ("ss-tgt ss-bonus", "bonus")
+        title = f"{where} · the target's {kind} after the kept path: target p={step.get('target_token_prob', 0):.3f}"
+        parts.append(_span(css, step.get("target_text", ""), title))
+    fan = f'<span class="ss-fan" title="{escape(branches_text(step), quote=True)}">⑂{len(parents)}</span>'
+    return "".join(parts) + fan
+
+
+def _probs(step: dict, node: int) -> str:
+    return f"draft q={_prob(step.get('draft_probs'), node)} · target p={_prob(step.get('target_probs'), node)}"
 
 
 def _run_id(steps: list[dict]) -> str:
