@@ -9,7 +9,8 @@
 
 With a tree budget the drafts may be a token tree (tree.py): the pass scores every node under a
 tree mask, verification returns the kept root path, and the cache keeps that path moved into place.
-Trees are verified greedily, one sequence at a time, on the eager forward for now.
+Trees are verified by greedy acceptance or, when sampling, by multi-candidate rejection sampling (both
+in verify.py), one sequence at a time, on the eager forward for now.
 
 How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
 engine's `passes` (target_passes.py).
@@ -364,8 +365,6 @@ class SpeculativeEngine:
                 f"tree budget must be >= 0 and tree top-k >= 1, got {settings.tree_budget} and {settings.tree_topk}"
             )
         if settings.tree_budget > 0:
-            if not settings.sampling.greedy:
-                raise SpecScopeError("tree drafts are verified greedily for now: use temperature 0 or tree budget 0")
             self.passes.check_tree()
         room = self.max_context - len(prompt_ids)
         if room < 1:

@@ -6,11 +6,14 @@ and p_D the one after the last draft. q_i is the draft's distribution when it pr
 
 Both rules keep the output distribution exactly the target's: greedy acceptance reproduces greedy
 decoding token for token, and rejection sampling reproduces sampling from p. `verify` is the one entry
-point the engine and the batch call; it picks replay, greedy or rejection sampling for a step.
+point the engine and the batch call; it picks replay, greedy or rejection sampling for a step, on a
+chain or on a token tree (tree.py: drafts are the tree's nodes n_1 .. n_N, p_0 the root's row and
+p_n node n's).
 
-Each rule tests all D drafts at once on the device and reads the result back in one host sync (the
-accepted count and the target's token together), so a step's verification does not wait on the
-device once per draft.
+Each chain rule tests all D drafts at once on the device and reads the result back in one host sync
+(the accepted count and the target's token together), so a step's verification does not wait on the
+device once per draft. Tree sampling walks the few nodes on the host after one read of the numbers
+the walk needs, then draws the token on the device.
 
 This module knows nothing about models, caches or drafters.
 """
@@ -91,19 +94,24 @@ def verify(
     else greedy acceptance at temperature 0, else rejection sampling with `generator`.
 
     logits: [D+1, V] the target's raw logits for [x, d_1 .. d_D]; draft_probs: [D, V] q, or None for a
-    deterministic drafter. With `tree` (a draft that branches) the drafts are its nodes and the
-    verdict carries the kept path; chains take the rules below unchanged.
+    deterministic drafter. With `tree` (a draft that branches, deterministic) the drafts are its nodes
+    and the verdict carries the kept path; chains take the rules below unchanged.
     """
-    if tree is not None:
-        return _verify_tree(logits, drafted, params, replay, tree)
+    if replay is not None and tree is not None:
+        return replay_tree_verify(replay, drafted, list(tree.parents))
     if replay is not None:
         return replay_verify(replay, drafted)
     drafts = torch.tensor(drafted, dtype=torch.long, device=logits.device)  # [D]
     if params.greedy:
-        return greedy_verify(logits, drafts)
+        return greedy_verify(logits, drafts) if tree is None else greedy_tree_verify(logits, drafts, tree)
     if generator is None:
         raise ValueError("rejection sampling needs the request's generator")
-    return rejection_verify(target_probs(logits, params), drafts, draft_probs, generator)
+    probs = target_probs(logits, params)  # [D+1, V]
+    if tree is None:
+        return rejection_verify(probs, drafts, draft_probs, generator)
+    if draft_probs is not None:
+        raise ValueError("tree drafts must be deterministic (no draft distribution) to be sampled losslessly")
+    return tree_rejection_verify(probs, drafted, tree, generator)
 
 
 def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict:
@@ -117,17 +125,6 @@ def greedy_verify(target_logits: torch.Tensor, drafted: torch.Tensor) -> Verdict
     accepted = matches.cumprod(dim=0).sum().view(1)  # [1] a
     accepted_count, token = torch.cat([accepted, best.index_select(0, accepted)]).tolist()
     return Verdict(accepted_count, token)
-
-
-def _verify_tree(
-    logits: torch.Tensor, drafted: list[int], params: SamplingParams, replay: list[int] | None, tree: TreeLayout
-) -> Verdict:
-    """A tree step's rule: replay, or greedy; tree sampling is not supported yet."""
-    if replay is not None:
-        return replay_tree_verify(replay, drafted, list(tree.parents))
-    if not params.greedy:
-        raise SpecScopeError("tree drafts are verified greedily for now: use temperature 0 or a chain")
-    return greedy_tree_verify(logits, torch.tensor(drafted, dtype=torch.long, device=logits.device), tree)
 
 
 def greedy_tree_verify(target_logits: torch.Tensor, drafted: torch.Tensor, tree: TreeLayout) -> Verdict:
@@ -147,6 +144,63 @@ def greedy_tree_verify(target_logits: torch.Tensor, drafted: torch.Tensor, tree:
     row, token = torch.cat([deepest, best.index_select(0, deepest)]).tolist()
     path = tuple(path_to(list(tree.parents), row - 1))
     return Verdict(len(path), token, path=path)
+
+
+def tree_rejection_verify(
+    probs: torch.Tensor, drafted: list[int], tree: TreeLayout, generator: torch.Generator
+) -> Verdict:
+    """Speculative sampling on a token tree of deterministic drafts (q one-hot on each node): SpecInfer's
+    multi-step speculative sampling (Miao et al. 2023), as EAGLE's `evaluate_posterior` does it for
+    candidates (SafeAILab/EAGLE `eagle/model/utils.py`) with q one-hot.
+
+    Start at the root with r = p_0. Test the node's children in list order: child c is kept when
+    u_c * sum(r) < r(d_c), that is with probability r(d_c) / sum(r); a kept child becomes the node, with
+    r = p_c; a rejected one leaves r(d_c) = 0 for its next sibling. When every child is rejected, or the
+    node has none (the bonus), token ~ norm(r); p_node itself if the rejections removed all its mass
+    (a rejection that had probability 0, as rejection_verify falls back).
+
+    Lossless: "keep c with probability r(c) / sum(r), else go on with r without c" gives c exactly its
+    share of r and, when it declines, leaves r conditioned on "not c", so over the siblings and the final
+    draw the slot's token is distributed as p_node; a kept token's next slot is then its own row's p.
+    A duplicate sibling finds r(d) = 0 and is always rejected.
+
+    Draws: node n owns one uniform u_n (N drawn at once; u_n is used only when n is tested, so each test
+    has its own), then one `draw` for the token; on a chain these are rejection_verify's draws. The
+    walk runs on the host after one read of the numbers it needs: p_parent(n)(d_n) for every node and
+    each row's total, in float64 so that sum(r) after removals (the total minus the removed tokens' p)
+    keeps float64's precision.
+
+    probs: [N+1, V] the processed target distributions of rows [x, n_1 .. n_N]; drafted: [N] node tokens.
+    """
+    num_nodes = len(drafted)
+    tokens = torch.tensor(drafted, dtype=torch.long, device=probs.device)  # [N]
+    p_of_node = probs[tree.parent_rows, tokens].double()  # [N] p_parent(n)(d_n)
+    totals = probs.sum(dim=-1, dtype=torch.float64)  # [N+1] sum(p_row)
+    uniforms = torch.rand(num_nodes, generator=generator, device=generator.device)  # [N], as rejection_verify draws
+    host = torch.cat([p_of_node, totals, uniforms.to(probs.device, torch.float64)]).tolist()  # one host sync
+    p_of, totals_of, u_of = host[:num_nodes], host[num_nodes : 2 * num_nodes + 1], host[2 * num_nodes + 1 :]
+    below = children(list(tree.parents))
+    path: list[int] = []
+    removed: set[int] = set()  # the tokens zeroed in r
+    row, mass_left = 0, totals_of[0]  # the node's row and sum(r)
+    while True:
+        kept = None
+        for child in below[row]:
+            r_child = 0.0 if drafted[child] in removed else p_of[child]  # r(d_c)
+            if u_of[child] * mass_left < r_child:
+                kept = child
+                break
+            removed.add(drafted[child])
+            mass_left -= r_child
+        if kept is None:
+            break
+        path.append(kept)
+        row, mass_left = kept + 1, totals_of[kept + 1]
+        removed.clear()
+    p_node = probs[row]  # [V]
+    residual = p_node.index_fill(0, torch.tensor(sorted(removed), dtype=torch.long, device=probs.device), 0.0)  # [V]
+    residual = residual + p_node * (residual.sum() <= 0)  # [V]
+    return Verdict(len(path), int(draw(residual, generator)), probs, path=tuple(path))
 
 
 def replay_tree_verify(reference: list[int], drafted: list[int], parents: list[int]) -> Verdict:

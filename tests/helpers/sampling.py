@@ -1,14 +1,17 @@
 """The sampling test's statistics: the exact joint distribution of a tiny target's first two tokens,
-the engine's samples of it with a drafter, and a chi-square goodness of fit; plus a deliberately broken
-acceptance rule that the test must catch."""
+the engine's samples of it with a drafter, and a chi-square goodness of fit; plus deliberately broken
+acceptance rules (for chains and for trees) that the test must catch."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from scipy.stats import chisquare
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.core.verify import SamplingParams, Verdict, target_probs
+from backend.core.tree import TreeLayout, children
+from backend.core.verify import SamplingParams, Verdict, draw, target_probs
 from tests.helpers.tiny import tiny_llama, tiny_tokenizer
 
 VOCAB = 12
@@ -32,13 +35,21 @@ def exact_joint(target, sampling: SamplingParams) -> torch.Tensor:
 
 
 def sampled_joint(
-    target, drafter, sampling: SamplingParams, draft_len, compile: str = "off", samples: int = SAMPLES
+    target,
+    drafter,
+    sampling: SamplingParams,
+    draft_len,
+    compile: str = "off",
+    samples: int = SAMPLES,
+    tree_budget: int = 0,
 ) -> torch.Tensor:
     engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(samples):
-        # 3 new tokens: the first step drafts 2 (the cap leaves room for the target's own token)
-        settings = GenerationSettings(max_new_tokens=3, draft_len=draft_len, sampling=sampling, seed=seed)
+        # 3 new tokens: the first step drafts 2 deep (the cap leaves room for the target's own token)
+        settings = GenerationSettings(
+            max_new_tokens=3, draft_len=draft_len, sampling=sampling, seed=seed, tree_budget=tree_budget
+        )
         out = engine.generate(PROMPT, drafter, settings).run().output_ids
         counts[out[0], out[1]] += 1
     return counts
@@ -66,6 +77,31 @@ SETTINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top
 def accept_all(probs, drafted, draft_probs, generator) -> Verdict:
     """A broken rule: every draft accepted, whatever the target thinks of it."""
     return Verdict(len(drafted), int(torch.multinomial(probs[len(drafted)], 1, generator=generator)))
+
+
+def broken_tree_rule(remove_rejected: bool) -> Callable[..., Verdict]:
+    """A broken tree rule (tree_rejection_verify's signature): child c kept with probability r(d_c), not
+    r(d_c) / sum(r). With `remove_rejected` r still loses each rejected sibling's token, as the right rule
+    does; without it r stays p, so a rejected token may come back as the drawn one."""
+
+    def rule(probs: torch.Tensor, drafted: list[int], tree: TreeLayout, generator: torch.Generator) -> Verdict:
+        below = children(list(tree.parents))
+        path: list[int] = []
+        row, residual = 0, probs[0].clone()  # [V]
+        while True:
+            kept = None
+            for child in below[row]:
+                if float(torch.rand(1, generator=generator)) < float(residual[drafted[child]]):
+                    kept = child
+                    break
+                if remove_rejected:
+                    residual[drafted[child]] = 0.0
+            if kept is None:
+                return Verdict(len(path), int(draw(residual, generator)), probs, tuple(path))
+            path.append(kept)
+            row, residual = kept + 1, probs[kept + 1].clone()
+
+    return rule
 
 
 def sampling_model(seed: int = 3, layers: int = 2):

@@ -107,10 +107,12 @@ def test_replay_tree_walks_the_rollout():
     assert replay_tree_verify([4], [6, 7], [-1, -1]) == replay_tree_verify([4], [], [])
 
 
-def test_verify_dispatches_trees_and_refuses_tree_sampling():
+def test_verify_dispatches_trees_to_greedy_replay_and_sampling():
     layout = TreeLayout.of([-1, -1], torch.device("cpu"))
-    logits = torch.nn.functional.one_hot(torch.tensor([2, 0, 1]), 4).float()  # [3, 4]
+    logits = 50 * torch.nn.functional.one_hot(torch.tensor([2, 0, 1]), 4).float()  # [3, 4], sharp rows
     assert verify(logits, [1, 2], None, SamplingParams(), tree=layout).path == (1,)
     assert verify(logits, [1, 2], None, SamplingParams(), replay=[1, 3], tree=layout).path == (0,)
-    with pytest.raises(SpecScopeError, match="greedily"):
-        verify(logits, [1, 2], None, SamplingParams(temperature=1.0), generator=torch.Generator(), tree=layout)
+    sampled = verify(logits, [1, 2], None, SamplingParams(temperature=1.0), generator=torch.Generator(), tree=layout)
+    assert (sampled.path, sampled.token, sampled.probs.shape) == ((1,), 1, (3, 4))
+    with pytest.raises(ValueError, match="deterministic"):
+        verify(logits, [1, 2], torch.ones(2, 4) / 4, SamplingParams(temperature=1.0), None, torch.Generator(), layout)

@@ -1,6 +1,6 @@
 """The engine decoding with token trees on a tiny Llama: n-gram trees give plain greedy's output
-token for token and really branch, a drafter's hidden states follow the kept path, and what trees
-do not support yet is refused in one sentence."""
+token for token, really branch and sample too, a drafter's hidden states follow the kept path, and
+what trees do not support yet is refused in one sentence."""
 
 from __future__ import annotations
 
@@ -110,11 +110,19 @@ def one_sentence(message: str) -> bool:
     return message.count(". ") == 0 and "\n" not in message
 
 
-def test_tree_sampling_is_refused(tiny):
-    settings = GenerationSettings(10, 4, SamplingParams(temperature=0.7), tree_budget=8)
-    with pytest.raises(SpecScopeError, match="greedily") as refused:
-        engine_for(tiny).generate(PROMPT, build_drafter("ngram", tiny), settings)
-    assert one_sentence(str(refused.value))
+def test_ngram_trees_sample_reproducibly(tiny):
+    drafter = build_drafter("ngram", tiny)
+    runs = [
+        run(tiny, drafter, PROMPT_TREE * 2, 30, draft_len=4, sampling=SamplingParams(temperature=0.7), tree_budget=8)
+        for _ in range(2)
+    ]
+    assert runs[0].output_ids == runs[1].output_ids  # one seed, one output
+    trees = [step for step in runs[0].steps if step.parents is not None]
+    assert trees, "no step drafted a tree"
+    for step in trees:
+        kept = [step.drafted[node] for node in step.accepted_path]
+        assert step.emitted == [*kept, step.target_token][: len(step.emitted)]
+        assert len(step.target_probs) == len(step.drafted) and 0 < step.target_token_prob <= 1
 
 
 def test_batched_trees_are_refused(tiny):
