@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tree-budget",
         type=int,
         default=0,
-        help="draft a token tree of up to N nodes, D deep (0 = a chain, default); greedy, on the eager forward",
+        help="draft a token tree of up to N nodes, D deep (0 = a chain, default); one sequence, on the eager forward",
     )
     generate.add_argument("--tree-topk", type=int, default=4, help="with --tree-budget: children per tree node")
     _add_decoding_args(generate)

@@ -34,7 +34,7 @@ class DrafterChoice(CheckedBody):
     drafter: str = "suffix"
     draft_len: int | Literal["auto"] = "auto"
     tree_budget: int = Field(
-        0, ge=0, le=MAX_TREE_BUDGET, description="nodes of a token tree verified per step (0 = a chain); greedy"
+        0, ge=0, le=MAX_TREE_BUDGET, description="nodes of a token tree verified per step (0 = a chain)"
     )
     tree_topk: int = Field(4, ge=1, le=MAX_TREE_TOPK, description="with a tree budget: children per tree node")
 

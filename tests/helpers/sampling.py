@@ -10,7 +10,8 @@ import torch
 from scipy.stats import chisquare
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.core.tree import TreeLayout, children
+from backend.core.tree import TreeLayout
+from backend.core.tree_shape import children
 from backend.core.verify import SamplingParams, Verdict, draw, target_probs
 from tests.helpers.tiny import tiny_llama, tiny_tokenizer
 

@@ -16,7 +16,8 @@ import torch
 import backend.core.verify
 from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.engine import GenerationSettings, SpeculativeEngine
-from backend.core.tree import TreeLayout, within_depth
+from backend.core.tree import TreeLayout
+from backend.core.tree_shape import within_depth
 from backend.core.verify import SamplingParams, draw, rejection_verify, tree_rejection_verify
 from tests.helpers.sampling import (
     PROMPT,
