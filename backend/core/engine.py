@@ -203,7 +203,9 @@ class Sequence:
             first_matched = any(drafted[node] == new_tokens[0] for node, up in enumerate(parents) if up < 0)
         else:
             first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
-        self.policy.observe(len(drafted), verdict.accepted, pending.draft_s + verify_s, draft.evidence, first_matched)
+        # the policy's D is a tree's depth: a tree "accepted all" when its kept path reached the deepest level
+        verified = max(depths(parents)) if parents is not None else len(drafted)
+        self.policy.observe(verified, verdict.accepted, pending.draft_s + verify_s, draft.evidence, first_matched)
         event = StepEvent(
             index=len(self.steps),
             draft_len=pending.cap,

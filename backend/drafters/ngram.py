@@ -115,9 +115,8 @@ def find_continuations(
     when nothing matches.
 
     Every occurrence's continuation (up to `depth` tokens) goes into a trie whose nodes count the
-    occurrences through them and remember the latest. Where the longest n-gram was followed by one
-    token only, the shorter n-grams' other first tokens join as further branches of the root, after
-    it. Nodes come out best first (parents before children): a branch of a longer n-gram before one
+    occurrences through them and remember the latest. Until the root has `topk` children, the shorter
+    n-grams' other first tokens join as further branches of the root, after the longer ones'. Nodes come out best first (parents before children): a branch of a longer n-gram before one
     of a shorter, then by path share (the product of count / parent's count), then by recency.
 
     >>> find_continuations(np.array([4, 5, 6, 4, 5, 7, 4, 5]), 1, 2, 2, 4, 2)   # "4 5" -> 7 4 | 6 4
@@ -140,7 +139,7 @@ def find_continuations(
             for token in continuation:
                 node = node.children.setdefault(token, _TrieNode(tier=n))
                 node.count, node.recency = node.count + 1, max(node.recency, start)
-        if len(root.children) > 1:
+        if len(root.children) >= topk:
             break
     nodes: list[int] = []
     parents: list[int] = []

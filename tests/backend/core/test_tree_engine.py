@@ -164,3 +164,24 @@ def test_sliding_window_models_are_refused():
     with pytest.raises(SpecScopeError, match="sliding-window") as refused:
         EagerPasses(MistralForCausalLM(config).eval()).check_tree()
     assert one_sentence(str(refused.value))
+
+
+def test_auto_learns_a_trees_depth_not_its_node_count(tiny, monkeypatch):
+    """`auto` caps a tree's depth, so it must hear the depth it verified: a 12-node tree whose kept path
+    reached the deepest level accepted everything it could (the cap grows), not 3 of 12."""
+    from backend.core.policy import AdaptiveDraftLength
+    from backend.core.tree_shape import depths
+
+    heard: list[tuple[int, int]] = []
+    observe = AdaptiveDraftLength.observe
+
+    def spy(self, verified, accepted, *rest):
+        heard.append((verified, accepted))
+        return observe(self, verified, accepted, *rest)
+
+    monkeypatch.setattr(AdaptiveDraftLength, "observe", spy)
+    result = run(tiny, build_drafter("ngram", tiny), PROMPT_TREE * 2, draft_len="auto", tree_budget=12)
+    trees = [(index, step) for index, step in enumerate(result.steps) if step.parents is not None]
+    assert trees
+    for index, step in trees:
+        assert heard[index] == (max(depths(step.parents)), step.accepted)

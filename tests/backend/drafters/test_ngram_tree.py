@@ -45,6 +45,15 @@ def test_shorter_ngrams_add_branches_when_the_longest_has_one_continuation():
     assert [nodes[node] for node in children(parents)[0]] == [6, 8]
 
 
+def test_shorter_ngrams_fill_the_root_up_to_topk_children():
+    # "4 5" was followed by 6 and 7; "5" alone also by 8: a third root branch with topk 3, not with 2
+    history = [4, 5, 6, 4, 5, 7, 9, 5, 8, 4, 5]
+    three, parents, _ = find_continuations(np.array(history), 1, 2, 2, 8, 3)
+    assert [three[node] for node in children(parents)[0]] == [7, 6, 8]
+    two, parents, _ = find_continuations(np.array(history), 1, 2, 2, 8, 2)
+    assert [two[node] for node in children(parents)[0]] == [7, 6]
+
+
 def test_no_match_gives_no_tree():
     assert tree([1, 2, 3, 4]) == ([], [], 0)
 
