@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from math import exp, log
 from typing import Protocol
 
+from backend.core.tree_shape import depths
+
 
 class StepLike(Protocol):
     drafted: list[int]
@@ -72,11 +74,21 @@ def _grow(counts: list[int], size: int) -> None:
     counts.extend([0] * (size - len(counts)))
 
 
+def tree_depth(parents) -> int | None:
+    """A tree step's depth from its parents (a list, or an array as a store frame holds it); None for
+    a chain step (no parents: None, or a frame's missing value)."""
+    if parents is None or not hasattr(parents, "__len__") or len(parents) == 0:
+        return None
+    return max(depths(list(parents)))
+
+
 @dataclass
 class AcceptanceCounter:
     """Acceptance counts in the style of vLLM's SpecDecodingStats: fed one step at a time (`add`), or
     built from counts already summed elsewhere (the store's SQL), merged with `merge`, and turned into
-    figures by `stats()`. Index k of the per-position lists is draft position k + 1."""
+    figures by `stats()`. Index k of the per-position lists is draft position k + 1; for a token tree
+    the positions are its depths (its kept path accepted positions 1..a) while `drafted_tokens` counts
+    every node verified."""
 
     drafts: int = 0  # drafting steps (steps that verified at least one draft)
     drafted_tokens: int = 0
@@ -85,21 +97,23 @@ class AcceptanceCounter:
     reached_per_position: list[int] = field(default_factory=list)  # steps that drafted k, accepted 1..k-1
     histogram: list[int] = field(default_factory=list)  # index j: drafting steps accepting exactly j
 
-    def add(self, drafted: int, accepted: int) -> None:
-        """Count one step that drafted `drafted` tokens and accepted the first `accepted` of them."""
+    def add(self, drafted: int, accepted: int, positions: int | None = None) -> None:
+        """Count one step that drafted `drafted` tokens and accepted the first `accepted` of them; a
+        tree step drafted `drafted` nodes over `positions` depths."""
         if drafted == 0:
             return
+        positions = drafted if positions is None else positions
         self.drafts += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
-        self._fit(drafted)
+        self._fit(positions)
         self.histogram[accepted] += 1
-        for k in range(min(drafted, accepted + 1)):
+        for k in range(min(positions, accepted + 1)):
             self.reached_per_position[k] += 1
             self.accepted_per_position[k] += k < accepted
 
     def add_step(self, step: StepLike) -> None:
-        self.add(len(step.drafted), step.accepted)
+        self.add(len(step.drafted), step.accepted, tree_depth(getattr(step, "parents", None)))
 
     def merge(self, other: AcceptanceCounter) -> AcceptanceCounter:
         """Add another counter's counts to this one (returns self)."""

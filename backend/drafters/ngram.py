@@ -116,8 +116,9 @@ def find_continuations(
 
     Every occurrence's continuation (up to `depth` tokens) goes into a trie whose nodes count the
     occurrences through them and remember the latest. Until the root has `topk` children, the shorter
-    n-grams' other first tokens join as further branches of the root, after the longer ones'. Nodes come out best first (parents before children): a branch of a longer n-gram before one
-    of a shorter, then by path share (the product of count / parent's count), then by recency.
+    n-grams' other first tokens join as further branches of the root, after the longer ones'. Nodes
+    come out best first (parents before children): a branch of a longer n-gram before one of a
+    shorter, then by path share (the product of count / parent's count), then by recency.
 
     >>> find_continuations(np.array([4, 5, 6, 4, 5, 7, 4, 5]), 1, 2, 2, 4, 2)   # "4 5" -> 7 4 | 6 4
     ([7, 4, 6, 4], [-1, 0, -1, 2], 2)

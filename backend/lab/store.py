@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 
 from backend.core.errors import SpecScopeError
+from backend.core.metrics import tree_depth
 from backend.core.paths import user_data
 from backend.lab.store_schema import DEFAULT_KINDS, DEFAULT_STATUSES, FINAL_FIELDS, MIGRATIONS, TABLES
 
@@ -118,9 +119,13 @@ class RunStore:
         )
 
     def add_steps(self, run_id: str, steps: Sequence[dict]) -> None:
-        """Append step records (StepEvent dicts with a `turn`) in one bulk insert."""
+        """Append step records (StepEvent dicts with a `turn`) in one bulk insert; a tree step also gets
+        its depth, the draft positions the acceptance figures count for it."""
         if steps:
-            self._insert("steps", [{**step, "run_id": run_id, "step_index": step["index"]} for step in steps])
+            rows = [{**step, "run_id": run_id, "step_index": step["index"]} for step in steps]
+            for row in rows:
+                row["tree_depth"] = tree_depth(row.get("parents"))
+            self._insert("steps", rows)
 
     def fail_unfinished(self, run_ids: Sequence[str], message: str) -> None:
         """Mark those of these runs still running as failed, with the message."""
@@ -210,7 +215,9 @@ class RunStore:
         `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs); `kinds` and
         `statuses` keep runs of those kinds (default: every kind but replay and reference) and statuses.
         A sweep configuration with a variant (a temperature or drafter options it varied) is its own group,
-        its drafter named 'ngram [ngram_max=2]'."""
+        its drafter named 'ngram [ngram_max=2]'; runs with a token-tree budget are their own group too,
+        'ngram tree=16', whose draft positions are the tree's depths (a step that kept its path to depth
+        k accepted positions 1..k) and whose `drafted` counts every node verified."""
         conditions, values = _equal_to(
             ("r.target", target), ("r.drafter", drafter), ("r.category", category), ("r.split", split)
         )
@@ -222,10 +229,12 @@ class RunStore:
         ]
         values += [*statuses, *kinds]
         drafting = f"""
-            SELECT r.drafter || coalesce(' [' || r.variant || ']', '') AS drafter, r.draft_len,
+            SELECT r.drafter || coalesce(' [' || r.variant || ']', '')
+                       || CASE WHEN r.tree_budget > 0 THEN ' tree=' || r.tree_budget ELSE '' END AS drafter,
+                   r.draft_len,
                    coalesce(r.category, '(none)') AS category,
                    r.run_id,
-                   st.accepted, len(st.drafted) AS drafted
+                   st.accepted, len(st.drafted) AS drafted, coalesce(st.tree_depth, len(st.drafted)) AS depth
             FROM steps st JOIN runs r USING (run_id) WHERE {" AND ".join(conditions)}"""
         queries = {
             "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps,
@@ -236,7 +245,7 @@ class RunStore:
             "positions": f"""SELECT drafter, draft_len, category, position,
                                     count(*) FILTER (WHERE accepted >= position - 1) AS reached,
                                     count(*) FILTER (WHERE accepted >= position) AS accepted
-                             FROM ({drafting}), unnest(range(1, drafted + 1)) AS p(position)
+                             FROM ({drafting}), unnest(range(1, depth + 1)) AS p(position)
                              GROUP BY ALL ORDER BY ALL""",
         }
         with self._lock:

@@ -158,6 +158,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE runs ADD COLUMN tree_topk INTEGER;      -- children per tree node (NULL for chains)
         ALTER TABLE steps ADD COLUMN parents INTEGER[];     -- a tree step: each drafted node's parent, -1 = root
         ALTER TABLE steps ADD COLUMN accepted_path INTEGER[];  -- a tree step: the kept nodes, in order
+        ALTER TABLE steps ADD COLUMN tree_depth INTEGER;    -- a tree step: its deepest node's depth
     """,
     ),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from types import SimpleNamespace
 
 import duckdb
 import httpx
@@ -159,6 +160,45 @@ def test_the_sql_aggregates_equal_the_acceptance_counter_on_the_same_stored_runs
         acceptance_groups(*(t.to_dict(orient="records") for t in store.acceptance_tables(target="other").values()))
         == []
     )
+
+
+def test_tree_runs_are_their_own_group_counted_by_depth(tmp_path):
+    """A tree step of 5 nodes, 3 deep, that kept 2: 5 drafted tokens, positions 1..3 reached as a chain
+    of depth 3 would be, and the SQL agrees with the counter fed the same steps."""
+    store = RunStore(tmp_path / "trees.duckdb")
+    store.start_run(run_row("chain", draft_len=3))
+    store.start_run(run_row("tree", draft_len=3, tree_budget=8, tree_topk=2))
+    chain_step = {"index": 0, "turn": 0, "drafted": [1, 2, 3], "accepted": 1, "emitted": [1, 9]}
+    tree_steps = [
+        {
+            **chain_step,
+            "drafted": [1, 2, 4, 5, 6],
+            "parents": [-1, 0, -1, 1, 2],
+            "accepted": 2,
+            "accepted_path": [0, 1],
+        },
+        {**chain_step, "index": 1, "drafted": [7, 8], "parents": [-1, -1], "accepted": 0, "accepted_path": []},
+    ]
+    store.add_steps("chain", [chain_step])
+    store.add_steps("tree", tree_steps)
+    for run_id in ("chain", "tree"):
+        store.finish_run(run_id, status="complete")
+    assert list(store.steps("tree")["tree_depth"]) == [3, 1]
+    assert store.steps("chain")["tree_depth"].isna().all()
+    tables = [table.to_dict(orient="records") for table in store.acceptance_tables(target="t").values()]
+    groups = {group["drafter"]: group for group in acceptance_groups(*tables, pool_categories=True)}
+    assert set(groups) == {"ngram", "ngram tree=8"}
+    counter = AcceptanceCounter()
+    for step in tree_steps:
+        counter.add_step(SimpleNamespace(**step))
+    expected = counter.stats()
+    tree = groups["ngram tree=8"]
+    assert expected.drafted_tokens == 7 and expected.histogram == [1, 0, 1, 0]
+    assert expected.acceptance_rate == pytest.approx(2 / 7)
+    assert tree["acceptance_rate"] == pytest.approx(expected.acceptance_rate)
+    assert tree["histogram"] == expected.histogram
+    assert expected.survival == pytest.approx([0.5, 0.5, 0.0])
+    assert tree["survival"] == pytest.approx(expected.survival)
 
 
 def test_open_runs_become_incomplete_at_the_next_start(tmp_path):
