@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from backend.core.metrics import AcceptanceCounter
+from backend.core.metrics import AcceptanceCounter, tree_depth
 
 
 @dataclass
@@ -35,7 +35,7 @@ class ServedCounts:
         with self._lock:
             totals = self._targets.setdefault(target, TargetTotals())
             for record in records:
-                totals.acceptance.add(len(record["drafted"]), record["accepted"])
+                totals.acceptance.add(len(record["drafted"]), record["accepted"], tree_depth(record.get("parents")))
                 totals.generated_tokens += len(record["emitted"])
 
     def snapshot(self) -> dict[str, TargetTotals]:
