@@ -4,9 +4,10 @@ and each keeps its own number of accepted drafts.
 Each step every active row drafts k_r tokens; one pass scores [newest token, d_1..d_k_r] for every
 row, padded to K + 1 = max k_r + 1; each row is verified on its own slice and keeps its first a_r + 1
 new cache slots (batch_cache.py: masked slots over Hugging Face's cache, or per-row lengths over the
-static cache of the compiled path). Finished rows leave the batch. D = 0 is plain batched decoding,
-the baseline at each batch size. Works on token ids; the drafters, policies and stop rules are the
-single-sequence ones (engine.py).
+static cache of the compiled path). A row may draft a token tree (eager passes only): it is scored
+under its tree mask in the same pass and keeps its accepted path. Finished rows leave the batch.
+D = 0 is plain batched decoding, the baseline at each batch size. Works on token ids; the drafters,
+policies and stop rules are the single-sequence ones (engine.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import torch
 
 from backend.core.batch_cache import rows_cache
 from backend.core.drafter import Drafter
-from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent
-from backend.core.errors import SpecScopeError
+from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent, kept_rows
+from backend.core.tree import TreeLayout
 
 
 @dataclass
@@ -67,8 +68,6 @@ class BatchEngine:
 
     def generate(self, prompts: list[list[int]], drafter: Drafter | None, settings: GenerationSettings) -> BatchResult:
         """Decode all prompts together (greedy or sampled, per-row seeds settings.seed + row)."""
-        if settings.tree_budget > 0:
-            raise SpecScopeError("tree drafts decode one sequence at a time for now: use batch size 1 or tree budget 0")
         engine = self.engine
         active: list[int] = list(range(len(prompts)))  # original row numbers still decoding
         sequences = [
@@ -113,16 +112,17 @@ class BatchEngine:
         for i, row in enumerate(tokens):
             inputs[i, : len(row)] = torch.tensor(row, device=engine.device)
         started = engine.clock()
-        result = cache.forward(inputs, [len(row) for row in tokens], bool(hidden_layers))
+        trees = [TreeLayout.of(step.parents, engine.device) if step.parents is not None else None for step in pending]
+        result = cache.forward(inputs, [len(row) for row in tokens], bool(hidden_layers), trees)
         logits = result.logits  # [B, K+1, V]
         verdicts = [
-            sequence.verify(logits[i, : len(step.drafted) + 1], step)
-            for i, (sequence, step) in enumerate(zip(rows, pending, strict=True))
+            sequence.verify(logits[i, : len(step.drafted) + 1], step, tree)
+            for i, (sequence, step, tree) in enumerate(zip(rows, pending, trees, strict=True))
         ]
-        cache.accept([verdict.accepted + 1 for verdict in verdicts])
+        cache.accept([kept_rows(verdict) for verdict in verdicts])
         verify_s = engine.clock() - started
         for i, (sequence, step, verdict) in enumerate(zip(rows, pending, verdicts, strict=True)):
-            hidden = {layer: result.hidden[layer][i, : verdict.accepted + 1] for layer in hidden_layers}
+            hidden = {layer: result.hidden[layer][i, kept_rows(verdict)] for layer in hidden_layers}
             shown = sequence.shown_probs(logits[i, : len(step.drafted) + 1], verdict)
             sequence.commit(step, verdict, shown, verify_s, hidden)
 

@@ -6,9 +6,12 @@ engine's target passes take (target_passes.py).
   row; a row's rejected drafts and padding are masked out rather than cropped (one row cannot be
   cropped alone in a rectangular cache), the tail is cropped where no row needs it, and the cache is
   compacted when masked slots pile up. Positions are explicit per row, so a hole never shifts RoPE.
+  A row may be a token tree: its nodes sit at the positions of their depths under a tree mask, and it
+  keeps the slots of its accepted path, the others masked like rejected drafts.
 - `StaticRows` (the compiled fast path): a StaticKV with a length per row. Each row writes its new
   tokens at its own length and keeps its accepted ones by moving that length: no holes, no
-  compaction, as vLLM's per-request sequence lengths over a paged cache (research notes §8.4).
+  compaction, as vLLM's per-request sequence lengths over a paged cache (research notes §8.4). Token
+  trees are refused here, as on the single-sequence compiled path.
 
 Both prefill prompts one by one (exactly the single-sequence computation; measured faster on the
 CPU than one padded pass) and hand each sequence its prompt's hidden states. Knows nothing about
@@ -20,7 +23,16 @@ from __future__ import annotations
 import torch
 
 from backend.core.engine import Sequence, SpeculativeEngine
-from backend.core.kv import ForwardResult, batched_forward, compact, select_rows, stack_caches, trim_cache
+from backend.core.kv import (
+    ForwardResult,
+    batched_forward,
+    batched_tree_mask,
+    compact,
+    select_rows,
+    stack_caches,
+    trim_cache,
+)
+from backend.core.tree import TreeLayout
 
 HOLES_BEFORE_COMPACTING = 1.5  # compact once the cache is this many times the longest row's real tokens
 
@@ -47,21 +59,34 @@ class RaggedRows:
         self.cache, self.valid = stack_caches(caches, engine.passes.new_cache(0), engine.device)
         self._mask = self.valid
 
-    def forward(self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool) -> ForwardResult:
-        """inputs [B, W]: row i's first lengths[i] tokens are real, the rest padding."""
+    def forward(
+        self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool, trees: list[TreeLayout | None] | None = None
+    ) -> ForwardResult:
+        """inputs [B, W]: row i's first lengths[i] tokens are real, the rest padding; trees[i] is row i's
+        tree layout when its drafts are a tree (its tokens: the newest committed one, then the nodes)."""
         width = inputs.shape[1]
         real = torch.tensor(lengths, device=self.device)[:, None]  # [B, 1]
         new_valid = torch.arange(width, device=self.device)[None, :] < real  # [B, W]
-        positions = self.valid.sum(dim=1)[:, None] + torch.arange(width, device=self.device)[None, :]  # [B, W]
+        offsets = torch.arange(width, device=self.device)[None, :].repeat(len(lengths), 1)  # [B, W]
+        for row, tree in enumerate(trees or []):
+            if tree is not None:
+                offsets[row, : tree.width] = tree.depths  # a node's position: the root's + its depth
+        positions = self.valid.sum(dim=1)[:, None] + offsets  # [B, W]
         self._mask = torch.cat([self.valid, new_valid], dim=1)  # [B, slots + W]
-        return batched_forward(self.model, inputs, self._mask, positions, self.cache, want_hidden)
+        mask = self._mask
+        if trees and any(tree is not None for tree in trees):
+            mask = batched_tree_mask(self._mask, trees, width, self.model.dtype)  # [B, 1, W, slots + W]
+        return batched_forward(self.model, inputs, mask, positions, self.cache, want_hidden)
 
-    def accept(self, kept: list[int]) -> None:
-        """Row i keeps the first kept[i] of the slots the last pass added."""
-        slots = self.valid.shape[1]
-        for row, count in enumerate(kept):
-            self._mask[row, slots + count :] = False  # rejected drafts and padding stay masked
-        keep = slots + max(kept)
+    def accept(self, kept: list[list[int]]) -> None:
+        """Row i keeps the slots at offsets kept[i] of those the last pass added (its newest committed
+        token and accepted drafts: 0..a for a chain, 0 and the kept path's rows for a tree)."""
+        slots, width = self.valid.shape[1], self._mask.shape[1] - self.valid.shape[1]
+        for row, offsets in enumerate(kept):
+            keep_row = torch.zeros(width, dtype=torch.bool, device=self.device)
+            keep_row[offsets] = True
+            self._mask[row, slots:] &= keep_row  # rejected drafts, other branches and padding stay masked
+        keep = slots + max(max(offsets) + 1 for offsets in kept)
         trim_cache(self.cache, keep)
         self.valid = self._mask[:, :keep]
 
@@ -90,12 +115,16 @@ class StaticRows:
             self.cache.lengths[row] = length
         self._before = self.cache.lengths
 
-    def forward(self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool) -> ForwardResult:
+    def forward(
+        self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool, trees: list[TreeLayout | None] | None = None
+    ) -> ForwardResult:
+        """Chains only: a batch with trees never reaches here (the compiled passes refuse trees)."""
         self._before = self.cache.lengths
         return self.fast.forward(inputs, self.cache)
 
-    def accept(self, kept: list[int]) -> None:
-        self.cache.keep(self._before + torch.tensor(kept, device=self._before.device))
+    def accept(self, kept: list[list[int]]) -> None:
+        """Row i keeps its newest committed token and accepted drafts, kept[i] = [0 .. a]."""
+        self.cache.keep(self._before + torch.tensor([len(offsets) for offsets in kept], device=self._before.device))
 
     def select(self, rows: list[int]) -> None:
         self.cache.select_rows(rows)

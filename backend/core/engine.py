@@ -10,7 +10,7 @@
 With a tree budget the drafts may be a token tree (tree.py): the pass scores every node under a
 tree mask, verification returns the kept root path, and the cache keeps that path moved into place.
 Trees are verified by greedy acceptance or, when sampling, by multi-candidate rejection sampling (both
-in verify.py), one sequence at a time, on the eager forward for now.
+in verify.py), on the eager forward for now (batch.py runs tree rows in a batch the same way).
 
 How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
 engine's `passes` (target_passes.py).
@@ -291,7 +291,7 @@ class Generation:
                     passes.keep_path(cache, committed, verdict.path)
                 verify_s = engine.clock() - started
                 shown = sequence.shown_probs(result.logits, verdict)
-                hidden = {layer: _kept_rows(result.hidden[layer], verdict) for layer in hidden_layers}
+                hidden = {layer: result.hidden[layer][kept_rows(verdict)] for layer in hidden_layers}
                 event = sequence.commit(pending, verdict, shown, verify_s, hidden)
                 self.decode_s += event.draft_s + event.verify_s
                 yield event
@@ -304,12 +304,12 @@ class Generation:
         return self
 
 
-def _kept_rows(states: torch.Tensor, verdict: Verdict) -> torch.Tensor:
-    """The rows [accepted + 1, H] of a pass's states [k + 1, H] that committed tokens follow: x's row,
-    then the kept drafts' (a tree's path, or a chain's first `accepted`)."""
+def kept_rows(verdict: Verdict) -> list[int]:
+    """The rows of a pass over [x, d_1 ..] that committed tokens follow: x's (0), then the kept drafts'
+    (a chain's first `accepted`, or a tree's path: node i is row i + 1)."""
     if verdict.path is None:
-        return states[: verdict.accepted + 1]
-    return states[[0, *(node + 1 for node in verdict.path)]]
+        return list(range(verdict.accepted + 1))
+    return [0, *(node + 1 for node in verdict.path)]
 
 
 def _tree_within(draft: Draft, max_depth: int) -> Draft:

@@ -99,6 +99,28 @@ def cached_forward(
     return ForwardResult(out.logits[0].float(), hidden)
 
 
+def batched_tree_mask(
+    valid: torch.Tensor, trees: list[TreeLayout | None], width: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """[B, 1, T, slots + T] additive mask for a batch pass in which some rows are trees: row i's new
+    token t sees row i's valid cached slots (valid [B, slots + T], its first `slots` columns) and,
+    among the new tokens, its tree ancestors (a tree row) or those up to itself (a chain row); a
+    padding token sees itself only, so no row of the softmax is empty."""
+    batch, slots = valid.shape[0], valid.shape[1] - width
+    device = valid.device
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # [T, T]
+    new = causal.expand(batch, width, width).clone()  # [B, T, T]
+    for row, tree in enumerate(trees):
+        if tree is not None:
+            new[row] = torch.eye(width, dtype=torch.bool, device=device)
+            new[row, : tree.width, : tree.width] = tree.ancestors
+    real = valid[:, slots:]  # [B, T]: the row's real new tokens
+    new &= real[:, None, :] | torch.eye(width, dtype=torch.bool, device=device)[None]  # padding is seen by no one else
+    allowed = torch.cat([valid[:, None, :slots].expand(batch, width, slots), new], dim=2)  # [B, T, slots + T]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]  # [B, 1, T, slots + T]
+
+
 @torch.inference_mode()
 def batched_forward(
     model: PreTrainedModel,
@@ -109,8 +131,9 @@ def batched_forward(
     want_hidden: bool = False,
 ) -> ForwardResult:
     """inputs [B, T] on top of a batch cache; valid [B, slots + T] marks the slots each row may attend
-    to; positions [B, T] are each row's RoPE positions. Returns logits [B, T, V] (float32) and, when
-    asked for, the hidden states per layer index, [B, T, H]."""
+    to (or a ready [B, 1, T, slots + T] additive mask, batched_tree_mask); positions [B, T] are each
+    row's RoPE positions. Returns logits [B, T, V] (float32) and, when asked for, the hidden states per
+    layer index, [B, T, H]."""
     out = model(
         input_ids=inputs,
         attention_mask=valid,

@@ -3,11 +3,14 @@ eager path (masked slots over Hugging Face's cache) and the compiled one (per-ro
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import backend.core.batch_cache
 from backend.core.batch import BatchEngine
 from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
 
@@ -129,3 +132,36 @@ def test_rows_receive_the_hidden_states_of_their_committed_positions(tiny, engin
             got = torch.cat(session.rows[layer])  # row i: the state that predicted sequence[i + 1]
             assert got.shape[0] == len(sequence) - 1
             assert torch.allclose(got, fresh[layer][0], atol=1e-4)
+
+
+BRANCHING = [4, 5, 6, 4, 5, 7, 4, 5, 8, 4, 5]  # "4 5" was followed by 6, 7 and 8: lookup trees branch
+
+
+@pytest.mark.parametrize("name", ["ngram", "suffix"])
+@pytest.mark.parametrize(("draft_len", "budget"), [(4, 8), ("auto", 16)])
+def test_tree_rows_of_different_shapes_equal_their_single_sequence_output(tiny, name, draft_len, budget):
+    """Ragged trees (and chains, where a row's draft did not branch) in one pass: every row equals its
+    plain single-sequence greedy output, and (at a fixed D) some pass held rows of different tree shapes."""
+    engine = SpeculativeEngine(tiny.model, set(), 512)
+    prompts = [BRANCHING * 2, *PROMPTS[:3], BRANCHING[3:] + [9, 4, 5, 6]]
+    expected = [engine.generate(p, None, GenerationSettings(40, draft_len=0)).run().output_ids for p in prompts]
+    settings = GenerationSettings(40, draft_len=draft_len, tree_budget=budget, tree_topk=3)
+    result = BatchEngine(engine).generate(prompts, build_drafter(name, tiny), settings)
+    assert [row.output_ids for row in result.rows] == expected
+    if draft_len == "auto":
+        return  # auto's choices follow measured step times, so which passes hold trees varies
+    shapes = list(zip(*[[tuple(step.parents or ()) for step in row.steps] for row in result.rows], strict=False))
+    assert any(len({shape for shape in shapes_in_pass if shape}) > 1 for shapes_in_pass in shapes)
+
+
+def test_tree_rows_sample_as_their_single_sequences(tiny):
+    """At temperature 1 each row draws from its own seed (settings.seed + row): the same tokens as that
+    row decoded alone with the same tree settings."""
+    engine = SpeculativeEngine(tiny.model, set(), 512)
+    prompts = [BRANCHING * 2, PROMPTS[2]]
+    settings = GenerationSettings(30, draft_len=4, tree_budget=8, sampling=SamplingParams(temperature=1.0))
+    batched = BatchEngine(engine).generate(prompts, build_drafter("ngram", tiny), settings)
+    for row, prompt in enumerate(prompts):
+        alone = engine.generate(prompt, build_drafter("ngram", tiny), replace(settings, seed=row)).run()
+        assert batched.rows[row].output_ids == alone.output_ids
+    assert any(step.parents for row in batched.rows for step in row.steps)

@@ -125,10 +125,11 @@ def test_ngram_trees_sample_reproducibly(tiny):
         assert len(step.target_probs) == len(step.drafted) and 0 < step.target_token_prob <= 1
 
 
-def test_batched_trees_are_refused(tiny):
+def test_batched_trees_on_compiled_passes_are_refused(tiny):
     settings = GenerationSettings(10, 4, tree_budget=8)
-    with pytest.raises(SpecScopeError, match="one sequence at a time") as refused:
-        BatchEngine(engine_for(tiny)).generate([PROMPT, PROMPT], build_drafter("ngram", tiny), settings)
+    engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, tiny.facts.max_context, compile="on")
+    with pytest.raises(SpecScopeError, match="eager forward") as refused:
+        BatchEngine(engine).generate([PROMPT, PROMPT], build_drafter("ngram", tiny), settings)
     assert one_sentence(str(refused.value))
 
 
@@ -169,18 +170,18 @@ def test_sliding_window_models_are_refused():
 def test_auto_learns_a_trees_depth_not_its_node_count(tiny, monkeypatch):
     """`auto` caps a tree's depth, so it must hear the depth it verified: a 12-node tree whose kept path
     reached the deepest level accepted everything it could (the cap grows), not 3 of 12."""
-    from backend.core.policy import AdaptiveDraftLength
+    from backend.core.policy import FixedDraftLength
     from backend.core.tree_shape import depths
 
     heard: list[tuple[int, int]] = []
-    observe = AdaptiveDraftLength.observe
+    observe = FixedDraftLength.observe
 
     def spy(self, verified, accepted, *rest):
         heard.append((verified, accepted))
         return observe(self, verified, accepted, *rest)
 
-    monkeypatch.setattr(AdaptiveDraftLength, "observe", spy)
-    result = run(tiny, build_drafter("ngram", tiny), PROMPT_TREE * 2, draft_len="auto", tree_budget=12)
+    monkeypatch.setattr(FixedDraftLength, "observe", spy)  # every policy hears the same (auto acts on it)
+    result = run(tiny, build_drafter("ngram", tiny), PROMPT_TREE * 2, draft_len=4, tree_budget=12)
     trees = [(index, step) for index, step in enumerate(result.steps) if step.parents is not None]
     assert trees
     for index, step in trees:
