@@ -55,6 +55,17 @@ def sizes(text: str) -> list[int]:
     return found
 
 
+def tree_topk(text: str) -> int:
+    """Children per tree node: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"tree top-k must be at least 1, got {value}")
+    return value
+
+
 def tree_budgets(text: str) -> list[int]:
     """0,8,16 -> [0, 8, 16]: nodes of a tree draft per step, 0 = a chain."""
     try:

@@ -92,8 +92,6 @@ def bench_speed(args: argparse.Namespace) -> int:
     from backend.lab.bench import speed_benchmark
 
     questions = _checked_questions(args)
-    if any(budget > 0 for budget in args.tree_budgets) and args.tree_topk < 1:
-        raise SpecScopeError(f"--tree-topk must be at least 1, got {args.tree_topk}")
     eager_for_trees(args, any(args.tree_budgets))
     target = load_target(args)
     from tqdm import tqdm
@@ -260,6 +258,8 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress, 
             {**record, "max_new_tokens": args.max_new_tokens},
             args.temperatures,
             args.options,
+            args.tree_budgets,
+            args.tree_topk,
         )
     finally:
         if owned:
@@ -275,6 +275,7 @@ def _sweep_record(args: argparse.Namespace, questions) -> dict:
         "batch_sizes": args.batch_sizes,
         "temperatures": args.temperatures,
         "options": args.options,
+        "tree_budgets": args.tree_budgets,
         "categories": args.categories,
         "per_category": args.per_category,
         "prompts": len(questions),
@@ -323,6 +324,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
         check_engine_args(args)
         return engine_sweep_command(args, _reachable_worker(args))
     args.draft_lens = args.draft_lens if args.draft_lens is not None else SWEEP_DRAFT_LENS
+    eager_for_trees(args, any(args.tree_budgets))
     worker = _reachable_worker(args)
     questions = _checked_questions(args)
     record = _sweep_record(args, questions)
@@ -343,6 +345,8 @@ def bench_sweep(args: argparse.Namespace) -> int:
                 "max_new_tokens": args.max_new_tokens,
                 "temperatures": args.temperatures,
                 "options": args.options,
+                "tree_budgets": args.tree_budgets,
+                "tree_topk": args.tree_topk,
                 "settings": record,
             }
             try:

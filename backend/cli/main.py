@@ -22,7 +22,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from backend.cli.arg_types import draft_len, draft_lens, names, option_values, sizes, temperatures, tree_budgets
+from backend.cli.arg_types import (
+    draft_len,
+    draft_lens,
+    names,
+    option_values,
+    sizes,
+    temperatures,
+    tree_budgets,
+    tree_topk,
+)
 from backend.cli.common import load_target, quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
@@ -106,14 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--per-category", type=int, help="only the first N prompts of each category")
     speed.add_argument("--drafters", type=names, default=["ngram", "suffix"], help="comma-separated drafters")
     speed.add_argument("--draft-lens", type=draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
-    speed.add_argument(
-        "--tree-budgets",
-        type=tree_budgets,
-        default=[0],
-        help="comma-separated tree budgets, nodes verified per step (0 = a chain, default); "
-        "a budget > 0 runs every configuration on the eager forward",
-    )
-    speed.add_argument("--tree-topk", type=int, default=4, help="with --tree-budgets: children per tree node")
+    _add_tree_args(speed)
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(speed)
@@ -323,6 +325,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
         help="a drafter option to sweep, e.g. ngram_max=2,3,4 or suffix_max_depth=8,24 or "
         "drafter_path=FOLDER1,FOLDER2 (repeatable; each drafter sweeps the options it has)",
     )
+    _add_tree_args(parser)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.get("max_new_tokens", 64))
     parser.add_argument("--categories", type=names)
     parser.add_argument("--limit", type=int)
@@ -335,6 +338,17 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument("--allow-remote-code", action="store_true")
     _add_compile_arg(parser)
     parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
+
+
+def _add_tree_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tree-budgets",
+        type=tree_budgets,
+        default=[0],
+        help="comma-separated tree budgets, nodes verified per step (0 = a chain, default) for drafters "
+        "that build trees; a budget > 0 runs every configuration on the eager forward",
+    )
+    parser.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budgets: children per tree node")
 
 
 def _add_compile_arg(parser: argparse.ArgumentParser) -> None:

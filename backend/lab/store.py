@@ -137,15 +137,6 @@ class RunStore:
                     [message, now(), *run_ids],
                 )
 
-    def set_variant(self, run_ids: Sequence[str], variant: str) -> None:
-        """Label a sweep configuration's runs with what it varied (sweep.variant_label)."""
-        if run_ids:
-            with self._lock:
-                self._db.execute(
-                    f"UPDATE runs SET variant = ? WHERE run_id IN ({', '.join('?' for _ in run_ids)})",
-                    [variant, *run_ids],
-                )
-
     def finish_run(self, run_id: str, **fields) -> None:
         unknown = set(fields) - FINAL_FIELDS
         if unknown:
@@ -215,9 +206,9 @@ class RunStore:
         `split` keeps one prompt-length split (short, medium, long: recorded for sweep runs); `kinds` and
         `statuses` keep runs of those kinds (default: every kind but replay and reference) and statuses.
         A sweep configuration with a variant (a temperature or drafter options it varied) is its own group,
-        its drafter named 'ngram [ngram_max=2]'; runs with a token-tree budget are their own group too,
-        'ngram tree=16', whose draft positions are the tree's depths (a step that kept its path to depth
-        k accepted positions 1..k) and whose `drafted` counts every node verified."""
+        its drafter named 'ngram [ngram_max=2]', and so is a tree budget ('ngram [tree=16]', the variant
+        of every run with one), whose draft positions are the tree's depths (a step that kept its path
+        to depth k accepted positions 1..k) while `drafted` counts every node verified."""
         conditions, values = _equal_to(
             ("r.target", target), ("r.drafter", drafter), ("r.category", category), ("r.split", split)
         )
@@ -229,9 +220,7 @@ class RunStore:
         ]
         values += [*statuses, *kinds]
         drafting = f"""
-            SELECT r.drafter || coalesce(' [' || r.variant || ']', '')
-                       || CASE WHEN r.tree_budget > 0 THEN ' tree=' || r.tree_budget ELSE '' END AS drafter,
-                   r.draft_len,
+            SELECT r.drafter || coalesce(' [' || r.variant || ']', '') AS drafter, r.draft_len,
                    coalesce(r.category, '(none)') AS category,
                    r.run_id,
                    st.accepted, len(st.drafted) AS drafted, coalesce(st.tree_depth, len(st.drafted)) AS depth

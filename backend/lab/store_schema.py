@@ -159,6 +159,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE steps ADD COLUMN parents INTEGER[];     -- a tree step: each drafted node's parent, -1 = root
         ALTER TABLE steps ADD COLUMN accepted_path INTEGER[];  -- a tree step: the kept nodes, in order
         ALTER TABLE steps ADD COLUMN tree_depth INTEGER;    -- a tree step: its deepest node's depth
+        ALTER TABLE sweep_points ADD COLUMN tree_budget INTEGER;  -- 0: chains (also in the variant, 'tree=16')
     """,
     ),
 ]

@@ -70,28 +70,34 @@ def run_sweep(
     settings_record: dict | None = None,
     temperatures: Sequence[float] = (0.0,),
     option_values: Mapping[str, Sequence] | None = None,
+    tree_budgets: Sequence[int] = (0,),
+    tree_topk: int = 4,
 ) -> dict:
     """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all).
 
-    Besides drafters, D and B the grid spans `temperatures` (plain decoding is measured at each) and
+    Besides drafters, D and B the grid spans `temperatures` (plain decoding is measured at each),
     `option_values` (drafter option name -> values; each drafter sweeps the options it has, the rest
-    keep `options`). A configuration that varies either carries a `variant` label ('T=0.7, ngram_max=2')."""
+    keep `options`) and `tree_budgets` (0 = chains; drafters that build trees draft at each budget).
+    A configuration that varies any carries a `variant` label ('T=0.7, ngram_max=2, tree=16'). With a
+    tree budget the whole sweep, plain decoding included, runs on the eager forward (trees need it)."""
     option_values = check_option_values(drafters, option_values or {})
-    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
+    compile = "off" if any(tree_budgets) else target.compile
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, compile)
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
     prompts = [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions]
-    configs = [  # (temperature, drafter, D, swept options): plain decoding (D = 0) at each temperature
-        (t, name, d, combo)
+    configs = [  # (temperature, drafter, D, swept options, tree budget): plain (D = 0) at each temperature
+        (t, name, d, combo, budget)
         for t in temperatures
         for name in ["none", *drafters]
         for combo in option_grid(name, option_values)
         for d in ([0] if name == "none" else [d for d in draft_lens if d != 0])
+        for budget in (tree_budgets if name in REGISTRY and REGISTRY[name].trees else (0,))
     ]
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0
     sweep_id = uuid.uuid4().hex
-    recorder = RunRecorder(store, target) if store is not None else None
+    recorder = RunRecorder(store, target, compile=compile) if store is not None else None
     provenance = {key: software()[key] for key in ("specscope_version", "git_commit")}
     if store is not None:
         store.start_sweep(sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})
@@ -104,14 +110,18 @@ def run_sweep(
     points, by_category = [], []
     try:
         for size in batch_sizes:
-            for temperature, name, draft_len, combo in configs:
+            for temperature, name, draft_len, combo, budget in configs:
                 drafter = build_drafter(name, target, dataclasses.replace(options, **combo))
                 settings = GenerationSettings(
-                    max_new_tokens=max_new_tokens, draft_len=draft_len, sampling=SamplingParams(temperature)
+                    max_new_tokens=max_new_tokens,
+                    draft_len=draft_len,
+                    sampling=SamplingParams(temperature),
+                    tree_budget=budget,
+                    tree_topk=tree_topk,
                 )
                 rows: list[SweepRow] = []
                 wall = prefill = 0.0
-                variant = variant_label(temperature, combo)
+                variant = variant_label(temperature, combo, budget)
                 for start in range(0, len(prompts), size):
                     result = batch.generate(prompts[start : start + size], drafter, settings)
                     wall += result.wall_s
@@ -130,6 +140,8 @@ def run_sweep(
                     "temperature": temperature,
                     "variant": variant,
                     "drafter_options": json.dumps(combo),
+                    "tree_budget": budget,
+                    "tree_topk": tree_topk if budget else None,
                 }
                 overall = summarise(rows, wall, config, "all", "all")
                 overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
@@ -208,11 +220,12 @@ def option_grid(drafter: str, option_values: Mapping[str, list]) -> list[dict]:
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(option_values[n] for n in names))]
 
 
-def variant_label(temperature: float, combo: Mapping) -> str | None:
-    """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2' (a weights folder by
-    its name); None for greedy decoding with the drafter's default options."""
+def variant_label(temperature: float, combo: Mapping, tree_budget: int = 0) -> str | None:
+    """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2, tree=16' (a weights
+    folder by its name); None for greedy chains with the drafter's default options."""
     parts = [f"T={temperature:g}"] if temperature else []
     parts += [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
+    parts += [f"tree={tree_budget}"] if tree_budget else []
     return ", ".join(parts) or None
 
 
@@ -252,7 +265,6 @@ def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category
 
 def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], config: dict, max_new_tokens: int) -> None:
     """Every row as a run (kind 'sweep', grouped by the sweep id) with its steps."""
-    run_ids = []
     for row in rows:
         run_id = recorder.start(
             RunPlan(
@@ -268,10 +280,10 @@ def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], conf
                 group_id=sweep_id,
                 batch_size=config["batch_size"],
                 split=row.split,
+                tree_budget=config["tree_budget"],
+                tree_topk=config["tree_topk"],
+                variant=config["variant"],
             )
         )
         recorder.add_steps(run_id, [{"turn": 0, **step.to_dict()} for step in row.result.steps])
         recorder.finish(run_id, row.result.steps, len(row.result.prompt_ids), row.result.finish_reason)
-        run_ids.append(run_id)
-    if config["variant"]:
-        recorder.store.set_variant(run_ids, config["variant"])

@@ -124,7 +124,18 @@ class SweepBody(CheckedBody):
     options: dict[str, list[int | float | str]] = Field(
         default_factory=dict, description="drafter option -> values to sweep, e.g. {'ngram_max': [2, 3, 4]}"
     )
+    tree_budgets: list[int] = Field(
+        [0], min_length=1, max_length=8, description="token-tree budgets, 0 = chains (drafters that build trees)"
+    )
+    tree_topk: int = Field(4, ge=1, le=MAX_TREE_TOPK, description="with tree budgets: children per tree node")
     settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
+
+    @field_validator("tree_budgets")
+    @classmethod
+    def valid_tree_budgets(cls, values: list[int]) -> list[int]:
+        if any(not 0 <= value <= MAX_TREE_BUDGET for value in values):
+            raise ValueError(f"tree budgets must be between 0 and {MAX_TREE_BUDGET} (0 = chains)")
+        return values
 
     @field_validator("temperatures")
     @classmethod

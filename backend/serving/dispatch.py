@@ -71,6 +71,8 @@ class JobDispatcher:
                 {**body.settings, "max_new_tokens": body.max_new_tokens},
                 body.temperatures,
                 body.options,
+                body.tree_budgets,
+                body.tree_topk,
             )
         except SweepStopped:
             return

@@ -13,6 +13,7 @@ from backend.core.engine import GenerationSettings
 from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions
 from backend.lab.recorder import RunPlan
+from backend.lab.sweep import variant_label
 
 PLAIN_DRAFTER = "none"
 
@@ -73,6 +74,7 @@ class RunRequest:
             draft_len=lane.draft_len,
             tree_budget=lane.tree_budget,
             tree_topk=lane.tree_topk if lane.tree_budget else None,
+            variant=variant_label(0.0, {}, lane.tree_budget),
             max_new_tokens=self.max_new_tokens,
             drafter_options={k: v for k, v in lane.options.__dict__.items() if v is not None},
             sampling=self.sampling,

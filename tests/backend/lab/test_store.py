@@ -167,7 +167,7 @@ def test_tree_runs_are_their_own_group_counted_by_depth(tmp_path):
     of depth 3 would be, and the SQL agrees with the counter fed the same steps."""
     store = RunStore(tmp_path / "trees.duckdb")
     store.start_run(run_row("chain", draft_len=3))
-    store.start_run(run_row("tree", draft_len=3, tree_budget=8, tree_topk=2))
+    store.start_run(run_row("tree", draft_len=3, tree_budget=8, tree_topk=2, variant="tree=8"))
     chain_step = {"index": 0, "turn": 0, "drafted": [1, 2, 3], "accepted": 1, "emitted": [1, 9]}
     tree_steps = [
         {
@@ -187,12 +187,12 @@ def test_tree_runs_are_their_own_group_counted_by_depth(tmp_path):
     assert store.steps("chain")["tree_depth"].isna().all()
     tables = [table.to_dict(orient="records") for table in store.acceptance_tables(target="t").values()]
     groups = {group["drafter"]: group for group in acceptance_groups(*tables, pool_categories=True)}
-    assert set(groups) == {"ngram", "ngram tree=8"}
+    assert set(groups) == {"ngram", "ngram [tree=8]"}
     counter = AcceptanceCounter()
     for step in tree_steps:
         counter.add_step(SimpleNamespace(**step))
     expected = counter.stats()
-    tree = groups["ngram tree=8"]
+    tree = groups["ngram [tree=8]"]
     assert expected.drafted_tokens == 7 and expected.histogram == [1, 0, 1, 0]
     assert expected.acceptance_rate == pytest.approx(2 / 7)
     assert tree["acceptance_rate"] == pytest.approx(expected.acceptance_rate)

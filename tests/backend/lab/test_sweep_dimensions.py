@@ -4,6 +4,8 @@ values refused with a clear message."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from backend.core.errors import SpecScopeError
@@ -91,3 +93,27 @@ def test_grid_and_labels():
     assert option_grid("none", values) == [{}]
     assert variant_label(0.0, {}) is None
     assert variant_label(0.7, {"drafter_path": "/x/y/eagle3-run2"}) == "T=0.7, drafter_path=eagle3-run2"
+
+
+def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_path):
+    """ngram at each budget, draft-model (no trees) at chains only; every greedy point lossless at batch
+    size 2 (ragged trees in one pass); the whole sweep eager even for a target that compiles; runs and
+    points say their budget."""
+    store = RunStore(tmp_path / "trees.duckdb")
+    compiled = replace(tiny, compile="on")
+    drafters = ["ngram", "layerskip"]
+    report = run_sweep(
+        compiled, QUESTIONS, drafters, [3], [2], 12, DrafterOptions(layerskip_exit_layer=1), store, tree_budgets=[0, 8]
+    )
+    configs = {(p["drafter"], p["variant"]) for p in report["points"]}
+    assert configs == {("none", None), ("ngram", None), ("ngram", "tree=8"), ("layerskip", None)}
+    assert all(p["lossless"] is True for p in report["points"])
+    details = {(p["drafter"], p["variant"]): p for p in report["details"]}
+    assert {p["compile"] for p in details.values()} == {"off"}
+    assert details[("ngram", "tree=8")]["tree_budget"] == 8
+    runs = store.runs(kind="sweep")
+    trees = runs[runs["variant"] == "tree=8"]
+    assert len(trees) == len(QUESTIONS) and set(trees["tree_budget"]) == {8} and set(runs["compile"]) == {"off"}
+    points = store.sweep_points(sweep_id=report["sweep_id"])
+    assert set(points[points["variant"] == "tree=8"]["tree_budget"]) == {8}
+    assert variant_label(0.7, {"ngram_max": 2}, 16) == "T=0.7, ngram_max=2, tree=16"
