@@ -2,9 +2,11 @@
 fresh temporary store (which imports the shipped reference data on its first start) and the dashboard,
 opens each page listed in the sidebar in Debian's chromium (driven by Playwright; never a downloaded
 browser), then runs one suite prompt on the Live page, and saves docs/images/<page>.png (plus live_run.png)
-at a fixed width, each as tall as the page.
+at a fixed width, each as tall as the page; then the same prompt with a token tree (`--tree-budget`),
+saved as live_tree.png with the page's drawing of one step's tree.
 
     python scripts/screenshots.py [--target default] [--out docs/images] [--category code_editing]
+        [--tree-budget 16] [--live-tree-only]
 
 Knows nothing about what the pages show beyond their titles in the sidebar and the Live page's prompt
 picker and Run button; it waits for the app to finish running each page before taking its picture.
@@ -23,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite  # noqa: E402
 from tests.helpers.workers import WorkerProcess, start_dashboard  # noqa: E402
+from ui.forms import TREE_BUDGETS  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -72,6 +75,15 @@ def run_live_prompt(page, category: str, wait_ms: int) -> str:
     return question.turns[0]
 
 
+def set_tree_budget(page, budget: int) -> None:
+    """Move the Live page's Tree budget slider from 0 to `budget` with the keyboard."""
+    thumb = page.locator('[data-testid="stSlider"]').filter(has_text="Tree budget").get_by_role("slider")
+    thumb.focus()
+    for _ in range(TREE_BUDGETS.index(budget)):
+        thumb.press("ArrowRight")
+    settle(page, 300)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="default", help="the worker's default target (a folder, a hub id)")
@@ -81,6 +93,8 @@ def main() -> None:
     parser.add_argument("--height", type=int, default=900)
     parser.add_argument("--timeout-s", type=int, default=600, help="the longest wait for one page or the run")
     parser.add_argument("--chart-wait-ms", type=int, default=1500, help="pause after a page settles")
+    parser.add_argument("--tree-budget", type=int, choices=TREE_BUDGETS[1:], default=16, help="the tree run's budget")
+    parser.add_argument("--live-tree-only", action="store_true", help="only the Live run with a token tree")
     args = parser.parse_args()
     if not CHROMIUM.exists():
         sys.exit(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium)")
@@ -102,7 +116,7 @@ def main() -> None:
                 links.filter(has_text="Live").first.wait_for()  # the titled pages, not the folder's file names
                 settle(page, 300)
                 titles = links.evaluate_all(LINK_TITLES)
-                for index, title in enumerate(titles):
+                for index, title in enumerate([] if args.live_tree_only else titles):
                     links.nth(index).click()
                     settle(page, args.chart_wait_ms)
                     path = args.out / f"{slug(title)}.png"
@@ -110,10 +124,18 @@ def main() -> None:
                     print(f"{path}: {title}", flush=True)
                 links.nth(titles.index("Live")).click()
                 settle(page, 300)
+                if not args.live_tree_only:
+                    prompt = run_live_prompt(page, args.category, args.chart_wait_ms)
+                    path = args.out / "live_run.png"
+                    snap(page, path, args.width, args.height)
+                    print(f"{path}: a Live run of {prompt[:60]!r}", flush=True)
+                set_tree_budget(page, args.tree_budget)
                 prompt = run_live_prompt(page, args.category, args.chart_wait_ms)
-                path = args.out / "live_run.png"
+                if page.locator(".ss-out .ss-fan").count() == 0:
+                    raise RuntimeError("the Live run with a tree budget drew no tree step")
+                path = args.out / "live_tree.png"
                 snap(page, path, args.width, args.height)
-                print(f"{path}: a Live run of {prompt[:60]!r}", flush=True)
+                print(f"{path}: a Live run with a token tree of {args.tree_budget} of {prompt[:60]!r}", flush=True)
                 browser.close()
         finally:
             if server is not None:
