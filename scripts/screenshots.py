@@ -6,7 +6,7 @@ at a fixed width, each as tall as the page; then the same prompt with a token tr
 saved as live_tree.png with the page's drawing of one step's tree.
 
     python scripts/screenshots.py [--target default] [--out docs/images] [--category code_editing]
-        [--tree-budget 16] [--live-tree-only]
+        [--tree-budget 16] [--tree-depth 8] [--live-tree-only]
 
 Knows nothing about what the pages show beyond their titles in the sidebar and the Live page's prompt
 picker and Run button; it waits for the app to finish running each page before taking its picture.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from backend.lab.prompts import DEFAULT_SUITE, load_suite  # noqa: E402
 from tests.helpers.workers import WorkerProcess, start_dashboard  # noqa: E402
-from ui.forms import TREE_BUDGETS  # noqa: E402
+from ui.forms import D_CHOICES, TREE_BUDGETS  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
@@ -75,13 +75,19 @@ def run_live_prompt(page, category: str, wait_ms: int) -> str:
     return question.turns[0]
 
 
-def set_tree_budget(page, budget: int) -> None:
-    """Move the Live page's Tree budget slider from 0 to `budget` with the keyboard."""
-    thumb = page.locator('[data-testid="stSlider"]').filter(has_text="Tree budget").get_by_role("slider")
+def move_slider(page, label: str, presses: int) -> None:
+    """Move the Live page's slider called `label` by `presses` steps with the keyboard (left if < 0)."""
+    thumb = page.locator('[data-testid="stSlider"]').filter(has_text=label).get_by_role("slider")
     thumb.focus()
-    for _ in range(TREE_BUDGETS.index(budget)):
-        thumb.press("ArrowRight")
+    for _ in range(abs(presses)):
+        thumb.press("ArrowRight" if presses > 0 else "ArrowLeft")
     settle(page, 300)
+
+
+def set_tree(page, budget: int, draft_len: int) -> None:
+    """A token tree of `budget` drafts at most `draft_len` deep, from the page's defaults (no tree, D auto)."""
+    move_slider(page, "Draft length D", draft_len - len(D_CHOICES) + 1)
+    move_slider(page, "Tree budget", TREE_BUDGETS.index(budget))
 
 
 def main() -> None:
@@ -94,6 +100,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=int, default=600, help="the longest wait for one page or the run")
     parser.add_argument("--chart-wait-ms", type=int, default=1500, help="pause after a page settles")
     parser.add_argument("--tree-budget", type=int, choices=TREE_BUDGETS[1:], default=16, help="the tree run's budget")
+    parser.add_argument("--tree-depth", type=int, choices=range(1, 17), default=8, help="the tree run's D")
     parser.add_argument("--live-tree-only", action="store_true", help="only the Live run with a token tree")
     args = parser.parse_args()
     if not CHROMIUM.exists():
@@ -129,7 +136,7 @@ def main() -> None:
                     path = args.out / "live_run.png"
                     snap(page, path, args.width, args.height)
                     print(f"{path}: a Live run of {prompt[:60]!r}", flush=True)
-                set_tree_budget(page, args.tree_budget)
+                set_tree(page, args.tree_budget, args.tree_depth)
                 prompt = run_live_prompt(page, args.category, args.chart_wait_ms)
                 if page.locator(".ss-out .ss-fan").count() == 0:
                     raise RuntimeError("the Live run with a tree budget drew no tree step")

@@ -6,7 +6,7 @@ target's own token amber when it corrects a rejection, violet when it is the bon
 was accepted, blue on a step without drafts. Special tokens (`<|im_end|>`, `</s>`, ...) are small
 chips. Hovering a token shows its draft and target probabilities; a draft a confidence head cut short
 (DSpark) is marked with a small scissors. A token-tree step shows its kept path, the alternatives
-rejected where the path stopped, the target's token, and a small fan (⑂ and the node count) whose
+rejected where the path stopped, the target's token, and a small fan (⋔ and the node count) whose
 hover lists every branch of the tree. All text is HTML-escaped.
 
 Knows only the step records' fields (token texts, counts of accepted and emitted tokens), not the
@@ -55,7 +55,7 @@ LEGEND = (
     '<span class="ss-tgt">target\'s token, no drafts</span>'
     '<span class="ss-special" title="a token the tokenizer marks special, e.g. &lt;|im_end|&gt;">special token</span>'
     '<span class="ss-cut">✂</span>draft cut short by the drafter\'s confidence · '
-    '<span class="ss-fan">⑂8</span>a token tree of 8 drafts (hover: its branches) · ↵ and → are a newline and '
+    '<span class="ss-fan">⋔8</span>a token tree of 8 drafts (hover: its branches) · ↵ and → are a newline and '
     "a tab inside a draft that was not kept</div>"
 )
 
@@ -137,7 +137,7 @@ def tree_step_html(step: dict) -> str:
         css, kind = ("ss-tgt ss-fix", "correction") if rejected else ("ss-tgt ss-bonus", "bonus")
         title = f"{where} · the target's {kind} after the kept path: target p={step.get('target_token_prob', 0):.3f}"
         parts.append(_span(css, step.get("target_text", ""), title))
-    fan = f'<span class="ss-fan" title="{escape(branches_text(step), quote=True)}">⑂{len(parents)}</span>'
+    fan = f'<span class="ss-fan" title="{escape(branches_text(step), quote=True)}">⋔{len(parents)}</span>'
     return "".join(parts) + fan
 
 

@@ -84,7 +84,9 @@ def tree_figure(step: dict) -> go.Figure:
         edges_x += [depth[parent] if parent >= 0 else 0, depth[node], None]
         edges_y += [y[parent], y[node], None]
     figure.add_trace(
-        go.Scatter(x=edges_x, y=edges_y, mode="lines", line=dict(color="#c8ccd0", width=1), hoverinfo="skip")
+        go.Scatter(
+            x=edges_x, y=edges_y, mode="lines", line=dict(color="#c8ccd0", width=1), hoverinfo="skip", showlegend=False
+        )
     )
     colour = {"kept": KEPT, "rejected": REJECTED, "unreached": UNREACHED}
     for fate in ("kept", "rejected", "unreached"):

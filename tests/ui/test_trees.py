@@ -57,14 +57,14 @@ def test_the_kept_path_then_the_rejected_alternative_then_the_correction_then_th
         ("ss-acc", "b"),
         ("ss-rej", "d"),
         ("ss-tgt ss-fix", "e"),
-        ("ss-fan", "⑂5"),
+        ("ss-fan", "⋔5"),
     ]
     assert spans(step_html(BONUS_STEP)) == [
         ("ss-acc", "a"),
         ("ss-acc", "b"),
         ("ss-acc", "d"),
         ("ss-tgt ss-bonus", "e"),
-        ("ss-fan", "⑂5"),
+        ("ss-fan", "⋔5"),
     ]
 
 
