@@ -107,7 +107,8 @@ def tree_input(prefix: str) -> dict:
         value=0,
         key=f"{prefix}_tree",
         help="Drafts verified per step as a token tree (0 = one chain): the target scores every branch "
-        "in one pass and keeps the longest that matches; D caps the tree's depth. A run with a "
+        "in one pass and keeps the longest branch that matches (greedy) or walks the tree with rejection "
+        "sampling (temperature > 0); D caps the tree's depth. A run with a "
         "tree runs on the eager forward, its plain baseline too.",
     )
     topk = topk_column.select_slider(

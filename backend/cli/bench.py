@@ -11,60 +11,9 @@ import os
 import sys
 
 from backend.cli.common import drafter_options, eager_for_trees, load_target, quiet_libraries
+from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
 from backend.lab.hints import SWEEP_HINT
-
-LABEL = 24  # width of the config column: fits `suffix@auto/tree=16`
-
-
-def format_speed_table(report: dict) -> str:
-    plain = report["summary"]["plain@0"]
-    lines = [
-        f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s (compile "
-        f"{plain['compile']}); engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
-        f"(HF greedy equal to ours on {report['hf_generate_lossless']})",
-        "",
-    ]
-    for where in reversed(report["hf_generate_disagreements"]):  # inserted one by one: reversed keeps the order
-        lines.insert(
-            1,
-            f"  HF greedy differs on question {where['question_id']} ({where['category']}): turn "
-            f"{where.get('turn')}, token {where.get('position')}, ours {where.get('ours')} vs HF's "
-            f"{where.get('theirs')}, logit margin {where.get('margin')}",
-        )
-    configs = {label: row for label, row in report["summary"].items() if label != "plain@0"}
-    lines.append(
-        f"{'config':<{LABEL}}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'vs HF PLD':>11}{'worst cat':>11}{'lossless':>10}"
-    )
-    for label, row in configs.items():
-        al = f"{row['al']:.2f}" if row["al"] is not None else "-"
-        versus_hf = row["geomean_speedup_vs_hf_assisted"]
-        lines.append(
-            f"{label:<{LABEL}}{al:>6}{row['tokens_per_s']:>8.1f}{row['geomean_speedup_vs_plain']:>9.2f}x"
-            f"{(f'{versus_hf:.2f}x' if versus_hf else '-'):>11}{row['worst_category_speedup']:>10.2f}x"
-            f"{row['lossless']:>10}"
-        )
-    lines += ["", "speedup vs plain by category:"]
-    categories = sorted({row["category"] for row in report["results"]})
-    lines.append(f"{'config':<{LABEL}}" + "".join(f"{c[:11]:>12}" for c in categories))
-    for label in configs:
-        cells = {r["category"]: r["speedup_vs_plain"] for r in report["results"] if r["config"] == label}
-        lines.append(f"{label:<{LABEL}}" + "".join(f"{cells[c]:>11.2f}x" for c in categories))
-    lines += ["", "AL by category (95% bootstrap CI over prompts):"]
-    lines.append(f"{'config':<{LABEL}}" + "".join(f"{c[:17]:>18}" for c in categories))
-    for label in configs:
-        cells = {r["category"]: _al_with_ci(r) for r in report["results"] if r["config"] == label}
-        lines.append(f"{label:<{LABEL}}" + "".join(f"{cells[c]:>18}" for c in categories))
-    branched = {label: row["branched_steps"] for label, row in configs.items() if "branched_steps" in row}
-    if branched:
-        lines += ["", "tree steps that branched: " + ", ".join(f"{k} {v:.0%}" for k, v in branched.items())]
-    return "\n".join(lines)
-
-
-def _al_with_ci(row: dict) -> str:
-    if row["al"] is None:
-        return "-"
-    return f"{row['al']:.2f} ({row['al_ci_low']:.2f}-{row['al_ci_high']:.2f})"
 
 
 def _checked_questions(args: argparse.Namespace) -> list:
@@ -89,14 +38,14 @@ def _checked_questions(args: argparse.Namespace) -> list:
 
 
 def bench_speed(args: argparse.Namespace) -> int:
-    from backend.lab.bench import speed_benchmark
+    from backend.lab.bench import configs_of, speed_benchmark
 
     questions = _checked_questions(args)
     eager_for_trees(args, any(args.tree_budgets))
     target = load_target(args)
     from tqdm import tqdm
 
-    configs = len(args.drafters) * len(args.draft_lens) * len(args.tree_budgets)
+    configs = len(configs_of(args.drafters, args.draft_lens, args.tree_budgets))
     runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + configs
     with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
 

@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="draft a token tree of up to N nodes, D deep (0 = a chain, default); one sequence, on the eager forward",
     )
-    generate.add_argument("--tree-topk", type=int, default=4, help="with --tree-budget: children per tree node")
+    generate.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budget: children per tree node")
     _add_decoding_args(generate)
     generate.add_argument("--json", action="store_true", help="print JSON (one object per prompt per line)")
     generate.set_defaults(handler=generate_command)

@@ -83,7 +83,7 @@ class RaggedRows:
         token and accepted drafts: 0..a for a chain, 0 and the kept path's rows for a tree)."""
         slots, width = self.valid.shape[1], self._mask.shape[1] - self.valid.shape[1]
         for row, offsets in enumerate(kept):
-            keep_row = torch.zeros(width, dtype=torch.bool, device=self.device)
+            keep_row = torch.zeros(width, dtype=torch.bool, device=self.device)  # [W]
             keep_row[offsets] = True
             self._mask[row, slots:] &= keep_row  # rejected drafts, other branches and padding stay masked
         keep = slots + max(max(offsets) + 1 for offsets in kept)

@@ -218,7 +218,7 @@ class Sequence:
             emitted=emitted,
             draft_s=pending.draft_s,
             verify_s=verify_s,
-            stop_reason=_short_draft_reason(draft, len(drafted), pending.cap),
+            stop_reason=_short_draft_reason(draft, len(drafted), pending.cap, parents),
             finish_reason=finish,
             parents=parents,
             accepted_path=kept if path is not None else None,
@@ -316,12 +316,16 @@ def _tree_within(draft: Draft, max_depth: int) -> Draft:
     """The part of a tree draft at depth <= max_depth (the policy's D), nodes still in order."""
     kept, parents = within_depth(draft.parents, max_depth)
     confidence = [draft.confidence[node] for node in kept] if draft.confidence is not None else None
+    probs = draft.probs[kept] if draft.probs is not None else None  # kept so verify can refuse a sampled tree
     stop_reason = "auto" if len(kept) < len(draft.tokens) else draft.stop_reason
-    return Draft([draft.tokens[node] for node in kept], None, confidence, stop_reason, draft.evidence, parents)
+    return Draft([draft.tokens[node] for node in kept], probs, confidence, stop_reason, draft.evidence, parents)
 
 
-def _short_draft_reason(draft: Draft, verified: int, cap: int) -> str | None:
-    """Why fewer than `cap` drafts were verified: the policy held some back ("auto"), or the drafter's reason."""
+def _short_draft_reason(draft: Draft, verified: int, cap: int, parents: list[int] | None = None) -> str | None:
+    """Why fewer than `cap` drafts were verified: the policy held some back ("auto"), or the drafter's
+    reason. A tree's D is its depth (`_tree_within` already said "auto" where it cut the tree)."""
+    if parents is not None:
+        return None if max(depths(parents)) >= cap else draft.stop_reason
     if verified >= cap:
         return None
     if verified < len(draft.tokens):

@@ -74,7 +74,7 @@ def _grow(counts: list[int], size: int) -> None:
     counts.extend([0] * (size - len(counts)))
 
 
-def tree_depth(parents) -> int | None:
+def tree_depth(parents: Sequence[int] | None) -> int | None:
     """A tree step's depth from its parents (a list, or an array as a store frame holds it); None for
     a chain step (no parents: None, or a frame's missing value)."""
     if parents is None or not hasattr(parents, "__len__") or len(parents) == 0:

@@ -128,7 +128,7 @@ def find_continuations(
     matched = 0
     for n in range(min(max_n, length - 1), min_n - 1, -1):
         hits = _matches(tokens, n)
-        if not hits.size or (matched and len(root.children) >= topk):
+        if not hits.size:
             continue
         matched = matched or n
         for start in hits.tolist():

@@ -24,7 +24,7 @@ import torch
 from backend.core.engine import GenerationSettings, device_clock
 from backend.core.metrics import acceptance_stats, count_acceptance, geomean, speedup
 from backend.core.models import LoadedModel
-from backend.drafters import DrafterOptions, build_drafter
+from backend.drafters import TREE_DRAFTERS, DrafterOptions, build_drafter
 from backend.lab.analysis import bootstrap_al_ci
 from backend.lab.prompts import Question
 from backend.lab.runner import Runner
@@ -80,8 +80,13 @@ class Config:
 
 
 def configs_of(drafters: list[str], draft_lens: list[int | str], tree_budgets: list[int]) -> list[Config]:
-    """Every drafter at every D and tree budget, in that order."""
-    return [Config(name, d, budget) for name in drafters for d in draft_lens for budget in tree_budgets]
+    """Every drafter at every D, and a drafter that builds trees at every tree budget too, in that order."""
+    return [
+        Config(name, d, budget)
+        for name in drafters
+        for d in draft_lens
+        for budget in (tree_budgets if name in TREE_DRAFTERS else [0])
+    ]
 
 
 def speed_benchmark(

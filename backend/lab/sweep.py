@@ -28,7 +28,7 @@ from backend.core.errors import SpecScopeError
 from backend.core.metrics import acceptance_stats, count_acceptance, measured_rho
 from backend.core.models import LoadedModel
 from backend.core.verify import SamplingParams
-from backend.drafters import REGISTRY, DrafterOptions, all_options, build_drafter
+from backend.drafters import REGISTRY, TREE_DRAFTERS, DrafterOptions, all_options, build_drafter
 from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
 from backend.lab.prompts import Question, encode_conversation
 from backend.lab.recorder import RunPlan, RunRecorder, software
@@ -92,7 +92,7 @@ def run_sweep(
         for name in ["none", *drafters]
         for combo in option_grid(name, option_values)
         for d in ([0] if name == "none" else [d for d in draft_lens if d != 0])
-        for budget in (tree_budgets if name in REGISTRY and REGISTRY[name].trees else (0,))
+        for budget in (tree_budgets if name in TREE_DRAFTERS else (0,))
     ]
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0

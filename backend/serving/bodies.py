@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, create_model, field_validator, model_vali
 
 from backend.core.errors import SpecScopeError
 from backend.core.policy import MAX_DRAFT_LEN, make_policy
-from backend.drafters import DRAFTER_NAMES, DrafterOptions, all_options
+from backend.drafters import DRAFTER_NAMES, TREE_DRAFTERS, DrafterOptions, all_options
 from backend.lab.store_schema import DEFAULT_KINDS, DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES
 from backend.lab.sweep import check_option_values
 from backend.serving.run_request import LaneSpec
@@ -51,6 +51,14 @@ class DrafterChoice(CheckedBody):
         if value != "auto" and not 0 <= value <= MAX_DRAFT_LEN:
             raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, or 'auto'")
         return value
+
+    @model_validator(mode="after")
+    def trees_only_for_tree_drafters(self) -> DrafterChoice:
+        if self.tree_budget > 0 and self.drafter not in TREE_DRAFTERS:
+            raise ValueError(
+                f"drafter '{self.drafter}' proposes chains only: set tree_budget 0 (trees: {', '.join(TREE_DRAFTERS)})"
+            )
+        return self
 
     def lane(self) -> LaneSpec:
         options = DrafterOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DrafterOptions)})

@@ -165,3 +165,16 @@ def test_tree_rows_sample_as_their_single_sequences(tiny):
         alone = engine.generate(prompt, build_drafter("ngram", tiny), replace(settings, seed=row)).run()
         assert batched.rows[row].output_ids == alone.output_ids
     assert any(step.parents for row in batched.rows for step in row.steps)
+
+
+def test_tree_rows_survive_compaction(tiny, monkeypatch):
+    """Tree steps leave holes (the branches not kept) between kept slots; compacting after every step
+    keeps each row's output equal to its single-sequence output."""
+    monkeypatch.setattr(backend.core.batch_cache, "HOLES_BEFORE_COMPACTING", 1.0)
+    engine = SpeculativeEngine(tiny.model, set(), 512)
+    prompts = [BRANCHING * 2, PROMPTS[0], BRANCHING[3:] + [9, 4, 5, 6]]
+    expected = [engine.generate(p, None, GenerationSettings(30, draft_len=0)).run().output_ids for p in prompts]
+    settings = GenerationSettings(30, draft_len=4, tree_budget=8, tree_topk=3)
+    result = BatchEngine(engine).generate(prompts, build_drafter("ngram", tiny), settings)
+    assert [row.output_ids for row in result.rows] == expected
+    assert any(step.parents and step.accepted for row in result.rows for step in row.steps)

@@ -8,8 +8,8 @@ import argparse
 import pytest
 
 from backend.cli.arg_types import tree_budgets
-from backend.cli.bench import format_speed_table
 from backend.cli.common import eager_for_trees
+from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions
 from backend.lab.bench import Config, configs_of, speed_benchmark
@@ -34,6 +34,7 @@ def test_labels_name_the_tree_budget_and_keep_chains_as_they_were():
         "suffix@auto/tree=8",
     ]
     assert Config("ngram", 2).label == "ngram@2"
+    assert [c.label for c in configs_of(["draft-model"], [4], [0, 8])] == ["draft-model@4"]  # chains only
 
 
 def test_tree_budgets_are_parsed_and_a_negative_one_is_refused():

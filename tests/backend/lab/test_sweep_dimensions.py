@@ -96,7 +96,7 @@ def test_grid_and_labels():
 
 
 def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_path):
-    """ngram at each budget, draft-model (no trees) at chains only; every greedy point lossless at batch
+    """ngram at each budget, layerskip (no trees) at chains only; every greedy point lossless at batch
     size 2 (ragged trees in one pass); the whole sweep eager even for a target that compiles; runs and
     points say their budget."""
     store = RunStore(tmp_path / "trees.duckdb")
@@ -114,6 +114,8 @@ def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_pa
     runs = store.runs(kind="sweep")
     trees = runs[runs["variant"] == "tree=8"]
     assert len(trees) == len(QUESTIONS) and set(trees["tree_budget"]) == {8} and set(runs["compile"]) == {"off"}
+    branched = [store.steps(run_id)["parents"].notna().any() for run_id in trees["run_id"]]
+    assert any(branched), "no batched tree step branched"
     points = store.sweep_points(sweep_id=report["sweep_id"])
     assert set(points[points["variant"] == "tree=8"]["tree_budget"]) == {8}
     assert variant_label(0.7, {"ngram_max": 2}, 16) == "T=0.7, ngram_max=2, tree=16"
