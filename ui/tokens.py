@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from html import escape
 
-from ui.trees import branches_text, is_tree_step, node_fates
+from backend.core.tree_shape import children
+from ui.trees import branches_text, is_tree_step
 
 WITH_DRAFTS, ANSWER_ONLY = "with drafts", "answer only"
 VIEWS = (WITH_DRAFTS, ANSWER_ONLY)
@@ -122,14 +123,13 @@ def tree_step_html(step: dict) -> str:
     (the bonus when that node had no children), then the fan whose hover lists every branch."""
     texts, parents = step.get("drafted_text") or [], list(step["parents"])
     path, emitted = list(step.get("accepted_path") or []), len(step["emitted"])
-    fates = node_fates(step)
     where = f"step {step['index']} · tree of {len(parents)} drafts"
     parts = []
     for position, node in enumerate(path[:emitted]):
         title = f"{where} · node {node + 1}, kept at depth {position + 1}: {_probs(step, node)}"
         parts.append(_span("ss-acc", texts[node], title))
     last = path[-1] if path else -1
-    rejected = [node for node, parent in enumerate(parents) if parent == last and fates[node] == "rejected"]
+    rejected = children(parents)[last + 1]  # the path stopped here: every child of its last node was rejected
     if emitted > len(path):
         for node in rejected:
             title = f"{where} · node {node + 1}, rejected: {_probs(step, node)}"

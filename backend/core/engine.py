@@ -204,7 +204,8 @@ class Sequence:
         else:
             first_matched = draft.tokens[0] == new_tokens[0] if draft.tokens else None
         # the policy's D is a tree's depth: a tree "accepted all" when its kept path reached the deepest level
-        verified = max(depths(parents)) if parents is not None else len(drafted)
+        depth = max(depths(parents)) if parents is not None else None
+        verified = depth or len(drafted)
         self.policy.observe(verified, verdict.accepted, pending.draft_s + verify_s, draft.evidence, first_matched)
         event = StepEvent(
             index=len(self.steps),
@@ -218,7 +219,7 @@ class Sequence:
             emitted=emitted,
             draft_s=pending.draft_s,
             verify_s=verify_s,
-            stop_reason=_short_draft_reason(draft, len(drafted), pending.cap, parents),
+            stop_reason=_short_draft_reason(draft, len(drafted), pending.cap, depth),
             finish_reason=finish,
             parents=parents,
             accepted_path=kept if path is not None else None,
@@ -321,11 +322,11 @@ def _tree_within(draft: Draft, max_depth: int) -> Draft:
     return Draft([draft.tokens[node] for node in kept], probs, confidence, stop_reason, draft.evidence, parents)
 
 
-def _short_draft_reason(draft: Draft, verified: int, cap: int, parents: list[int] | None = None) -> str | None:
+def _short_draft_reason(draft: Draft, verified: int, cap: int, tree_depth: int | None = None) -> str | None:
     """Why fewer than `cap` drafts were verified: the policy held some back ("auto"), or the drafter's
     reason. A tree's D is its depth (`_tree_within` already said "auto" where it cut the tree)."""
-    if parents is not None:
-        return None if max(depths(parents)) >= cap else draft.stop_reason
+    if tree_depth is not None:
+        return None if tree_depth >= cap else draft.stop_reason
     if verified >= cap:
         return None
     if verified < len(draft.tokens):

@@ -13,6 +13,7 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
+from tests.helpers.trees import BRANCHING
 
 PROMPTS = [
     [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13],
@@ -132,9 +133,6 @@ def test_rows_receive_the_hidden_states_of_their_committed_positions(tiny, engin
             got = torch.cat(session.rows[layer])  # row i: the state that predicted sequence[i + 1]
             assert got.shape[0] == len(sequence) - 1
             assert torch.allclose(got, fresh[layer][0], atol=1e-4)
-
-
-BRANCHING = [4, 5, 6, 4, 5, 7, 4, 5, 8, 4, 5]  # "4 5" was followed by 6, 7 and 8: lookup trees branch
 
 
 @pytest.mark.parametrize("name", ["ngram", "suffix"])

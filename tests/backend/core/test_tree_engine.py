@@ -19,8 +19,7 @@ from backend.core.tree_shape import children
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from tests.helpers.scripted import PROMPT
-
-PROMPT_TREE = [4, 5, 6, 4, 5, 7, 4, 5, 8, 4, 5]  # "4 5" was followed by 6, 7 and 8: n-gram trees branch
+from tests.helpers.trees import BRANCHING, later_sibling_accepted
 
 
 def engine_for(model) -> SpeculativeEngine:
@@ -31,13 +30,7 @@ def run(model, drafter, prompt, max_new_tokens=60, **settings):
     return engine_for(model).generate(prompt, drafter, GenerationSettings(max_new_tokens, **settings)).run()
 
 
-def later_sibling_accepted(step) -> bool:
-    """Whether the step kept a node that is not its parent's first child."""
-    below = children(step.parents)
-    return any(below[step.parents[node] + 1][0] != node for node in step.accepted_path)
-
-
-@pytest.mark.parametrize("prompt", [PROMPT_TREE * 2, PROMPT], ids=["branching", "repeats"])
+@pytest.mark.parametrize("prompt", [BRANCHING * 2, PROMPT], ids=["branching", "repeats"])
 @pytest.mark.parametrize(("budget", "topk", "draft_len"), [(4, 2, 3), (8, 4, 4), (16, 4, 8), (16, 2, "auto")])
 def test_ngram_tree_output_equals_plain_greedy(tiny, prompt, budget, topk, draft_len):
     plain = run(tiny, None, prompt, draft_len=0)
@@ -54,9 +47,9 @@ def test_ngram_tree_output_equals_plain_greedy(tiny, prompt, budget, topk, draft
 
 
 def test_some_tree_step_accepts_a_later_sibling(tiny):
-    result = run(tiny, build_drafter("ngram", tiny), PROMPT_TREE * 2, draft_len=4, tree_budget=8)
+    result = run(tiny, build_drafter("ngram", tiny), BRANCHING * 2, draft_len=4, tree_budget=8)
     assert any(later_sibling_accepted(step) for step in result.steps if step.parents is not None)
-    chain = run(tiny, build_drafter("ngram", tiny), PROMPT_TREE * 2, draft_len=4)
+    chain = run(tiny, build_drafter("ngram", tiny), BRANCHING * 2, draft_len=4)
     assert len(result.steps) < len(chain.steps)  # the branches save passes on this prompt
 
 
@@ -113,7 +106,7 @@ def one_sentence(message: str) -> bool:
 def test_ngram_trees_sample_reproducibly(tiny):
     drafter = build_drafter("ngram", tiny)
     runs = [
-        run(tiny, drafter, PROMPT_TREE * 2, 30, draft_len=4, sampling=SamplingParams(temperature=0.7), tree_budget=8)
+        run(tiny, drafter, BRANCHING * 2, 30, draft_len=4, sampling=SamplingParams(temperature=0.7), tree_budget=8)
         for _ in range(2)
     ]
     assert runs[0].output_ids == runs[1].output_ids  # one seed, one output
@@ -181,7 +174,7 @@ def test_auto_learns_a_trees_depth_not_its_node_count(tiny, monkeypatch):
         return observe(self, verified, accepted, *rest)
 
     monkeypatch.setattr(FixedDraftLength, "observe", spy)  # every policy hears the same (auto acts on it)
-    result = run(tiny, build_drafter("ngram", tiny), PROMPT_TREE * 2, draft_len=4, tree_budget=12)
+    result = run(tiny, build_drafter("ngram", tiny), BRANCHING * 2, draft_len=4, tree_budget=12)
     trees = [(index, step) for index, step in enumerate(result.steps) if step.parents is not None]
     assert trees
     for index, step in trees:

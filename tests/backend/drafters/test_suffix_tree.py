@@ -14,7 +14,7 @@ from backend.core.tree_shape import children, depths, path_to, validate
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from backend.drafters.suffix import SuffixDrafter, SuffixTree
-from tests.backend.core.test_tree_engine import later_sibling_accepted
+from tests.helpers.trees import later_sibling_accepted
 
 # "1 2" occurs 5 times: followed by 3 three times (then 4 twice, 5 once, each then 9), by 6 once (then
 # 9, 1) and by nothing at the end. Path probabilities: 3 = 3/5, 6 = 1/5, 3-4 = 3/5 * 2/3, 3-5 = 3/5 * 1/3

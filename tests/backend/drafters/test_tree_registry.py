@@ -9,8 +9,9 @@ import pytest
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import REGISTRY, TREE_DRAFTERS
 from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
+from tests.helpers.trees import BRANCHING
 
-PROMPT = [4, 5, 6, 4, 5, 7, 4, 5, 8, 4, 5] * 2  # "4 5" was followed by 6, 7 and 8
+PROMPT = BRANCHING * 2
 
 
 def decode(model, drafter, **settings):
