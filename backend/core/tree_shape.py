@@ -48,6 +48,19 @@ def children(parents: list[int]) -> list[list[int]]:
 
 def within_depth(parents: list[int], max_depth: int) -> tuple[list[int], list[int]]:
     """(kept nodes, their parents renumbered): the nodes at depth <= max_depth, still in order."""
-    kept = [node for node, depth in enumerate(depths(parents)) if depth <= max_depth]
+    return _subtree(parents, [node for node, depth in enumerate(depths(parents)) if depth <= max_depth])
+
+
+def best_nodes(parents: list[int], path_scores: list[float], budget: int) -> tuple[list[int], list[int]]:
+    """(kept nodes, their parents renumbered): the `budget` nodes of highest path score, still in order.
+    A path score (a product of probabilities, or its log) never exceeds its parent's, so the kept set
+    holds every kept node's ancestors; ties go to the earlier node, which keeps a parent before its
+    child. This is EAGLE-2's rerank of a grown tree to the verification budget."""
+    ranked = sorted(range(len(parents)), key=lambda node: (-path_scores[node], node))
+    return _subtree(parents, sorted(ranked[: max(budget, 0)]))
+
+
+def _subtree(parents: list[int], kept: list[int]) -> tuple[list[int], list[int]]:
+    """(kept, their parents renumbered) for kept nodes in order whose ancestors are all kept."""
     number = {node: index for index, node in enumerate(kept)}
     return kept, [number[parents[node]] if parents[node] >= 0 else -1 for node in kept]

@@ -8,7 +8,7 @@ import torch
 
 from backend.core.errors import SpecScopeError
 from backend.core.tree import TreeLayout, ancestors
-from backend.core.tree_shape import children, depths, is_chain, path_to, validate, within_depth
+from backend.core.tree_shape import best_nodes, children, depths, is_chain, path_to, validate, within_depth
 from backend.core.verify import SamplingParams, greedy_tree_verify, greedy_verify, replay_tree_verify, verify
 
 # root -> 0 -> 2 -> 4; root -> 1 -> 3; root -> 5
@@ -46,6 +46,17 @@ def test_a_parent_after_its_child_is_refused(bad):
 def test_within_depth_keeps_shallow_nodes_renumbered():
     assert within_depth(PARENTS, 2) == ([0, 1, 2, 3, 5], [-1, -1, 0, 1, -1])
     assert within_depth(PARENTS, 1) == ([0, 1, 5], [-1, -1, -1])
+
+
+def test_best_nodes_keep_the_highest_path_scores_with_their_ancestors():
+    scores = [0.6, 0.3, 0.5, 0.2, 0.1, 0.05]  # each node's path probability, never above its parent's
+    assert best_nodes(PARENTS, scores, 3) == ([0, 1, 2], [-1, -1, 0])
+    assert best_nodes(PARENTS, scores, 4) == ([0, 1, 2, 3], [-1, -1, 0, 1])
+    assert best_nodes(PARENTS, scores, 0) == ([], [])
+    assert best_nodes(PARENTS, scores, 10) == (list(range(6)), PARENTS)
+    tied = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]  # ties go to earlier nodes: parents before children
+    kept, parents = best_nodes(PARENTS, tied, 3)
+    assert kept == [0, 1, 2] and parents == [-1, -1, 0]
 
 
 def host_greedy_walk(best: list[int], tokens: list[int], parents: list[int]) -> tuple[int, int]:
