@@ -166,6 +166,7 @@ def trained_spec(
     load: Callable[[Path, LoadedModel], Drafter],
     untrained: Callable[[LoadedModel], Drafter],
     export: Callable[[int, dict[int, int], Any], dict[str, Any]] | None = None,
+    trees: bool = False,
 ) -> DrafterSpec:
     """The spec of a trained head (EAGLE-3, MTP, DFlash, DSpark): built from `drafter_path`, else from the
     folder under data/drafters/ trained for this target."""
@@ -175,7 +176,9 @@ def trained_spec(
 
         return load(weights_folder(name, target, options.drafter_path), target)
 
-    return DrafterSpec(name, summary, WeightsOptions, build, trained=True, untrained=untrained, export=export)
+    return DrafterSpec(
+        name, summary, WeightsOptions, build, trained=True, untrained=untrained, export=export, trees=trees
+    )
 
 
 def _plain_type(hint: Any) -> tuple[type, bool]:
