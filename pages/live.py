@@ -44,7 +44,7 @@ def show_charts(slots, steps: list[dict], drafter: str | None) -> None:
 def describe(start: dict) -> str:
     cost = start.get("cost") or {}
     memory = run_status.memory_note(start)
-    tree = f" · token tree ≤ {start['tree_budget']} drafts (eager forward)" if start.get("tree_budget") else ""
+    tree = f" · token tree ≤ {start['tree_budget']} drafts" if start.get("tree_budget") else ""
     return (
         f"{start['target']} · {start['drafter']} · D={start['draft_len']}{tree} · nominal ρ "
         f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}" + (f" · {memory}" if memory else "")

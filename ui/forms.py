@@ -108,8 +108,7 @@ def tree_input(prefix: str) -> dict:
         key=f"{prefix}_tree",
         help="Drafts verified per step as a token tree (0 = one chain): the target scores every branch "
         "in one pass and keeps the longest branch that matches (greedy) or walks the tree with rejection "
-        "sampling (temperature > 0); D caps the tree's depth. A run with a "
-        "tree runs on the eager forward, its plain baseline too.",
+        "sampling (temperature > 0); D caps the tree's depth.",
     )
     topk = topk_column.select_slider(
         "Children per node",

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from backend.cli.common import drafter_options, eager_for_trees, load_target, quiet_libraries
+from backend.cli.common import drafter_options, load_target, quiet_libraries
 from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
 from backend.lab.hints import SWEEP_HINT
@@ -41,7 +41,6 @@ def bench_speed(args: argparse.Namespace) -> int:
     from backend.lab.bench import configs_of, speed_benchmark
 
     questions = _checked_questions(args)
-    eager_for_trees(args, any(args.tree_budgets))
     target = load_target(args)
     from tqdm import tqdm
 
@@ -273,7 +272,6 @@ def bench_sweep(args: argparse.Namespace) -> int:
         check_engine_args(args)
         return engine_sweep_command(args, _reachable_worker(args))
     args.draft_lens = args.draft_lens if args.draft_lens is not None else SWEEP_DRAFT_LENS
-    eager_for_trees(args, any(args.tree_budgets))
     worker = _reachable_worker(args)
     questions = _checked_questions(args)
     record = _sweep_record(args, questions)

@@ -17,17 +17,6 @@ def drafter_options(args: argparse.Namespace):
     return DrafterOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DrafterOptions)})
 
 
-def eager_for_trees(args: argparse.Namespace, trees: bool) -> None:
-    """Tree drafts run on the eager forward: with trees, `--compile auto` becomes off and `on` is refused."""
-    if not trees:
-        return
-    if args.compile == "on":
-        from backend.core.target_passes import CompiledPasses
-
-        CompiledPasses.check_tree()
-    args.compile = "off"
-
-
 def load_target(args: argparse.Namespace):
     quiet_libraries()
     from backend.core.models import load_model

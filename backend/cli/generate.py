@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from backend.cli.common import drafter_options, eager_for_trees, load_target
+from backend.cli.common import drafter_options, load_target
 from backend.core.errors import SpecScopeError
 
 
@@ -21,7 +21,6 @@ def generate_command(args: argparse.Namespace) -> int:
     from backend.lab.runner import Runner
 
     make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
-    eager_for_trees(args, args.tree_budget > 0)
     settings = GenerationSettings(
         max_new_tokens=args.max_new_tokens,
         draft_len=args.draft_len,

@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tree-budget",
         type=int,
         default=0,
-        help="draft a token tree of up to N nodes, D deep (0 = a chain, default); one sequence, on the eager forward",
+        help="draft a token tree of up to N nodes, D deep (0 = a chain, default)",
     )
     generate.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budget: children per tree node")
     _add_decoding_args(generate)
@@ -346,7 +346,7 @@ def _add_tree_args(parser: argparse.ArgumentParser) -> None:
         type=tree_budgets,
         default=[0],
         help="comma-separated tree budgets, nodes verified per step (0 = a chain, default) for drafters "
-        "that build trees; a budget > 0 runs every configuration on the eager forward",
+        "that build trees",
     )
     parser.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budgets: children per tree node")
 

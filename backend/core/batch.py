@@ -4,7 +4,7 @@ and each keeps its own number of accepted drafts.
 Each step every active row drafts k_r tokens; one pass scores [newest token, d_1..d_k_r] for every
 row, padded to K + 1 = max k_r + 1; each row is verified on its own slice and keeps its first a_r + 1
 new cache slots (batch_cache.py: masked slots over Hugging Face's cache, or per-row lengths over the
-static cache of the compiled path). A row may draft a token tree (eager passes only): it is scored
+static cache of the compiled path). A row may draft a token tree: it is scored
 under its tree mask in the same pass and keeps its accepted path. Finished rows leave the batch.
 D = 0 is plain batched decoding, the baseline at each batch size. Works on token ids; the drafters,
 policies and stop rules are the single-sequence ones (engine.py).

@@ -10,8 +10,8 @@ engine's target passes take (target_passes.py).
   keeps the slots of its accepted path, the others masked like rejected drafts.
 - `StaticRows` (the compiled fast path): a StaticKV with a length per row. Each row writes its new
   tokens at its own length and keeps its accepted ones by moving that length: no holes, no
-  compaction, as vLLM's per-request sequence lengths over a paged cache (research notes §8.4). Token
-  trees are refused here, as on the single-sequence compiled path.
+  compaction, as vLLM's per-request sequence lengths over a paged cache (research notes §8.4). A tree
+  row's accepted path is moved down into place (StaticKV.keep_slots).
 
 Both prefill prompts one by one (exactly the single-sequence computation; measured faster on the
 CPU than one padded pass) and hand each sequence its prompt's hidden states. Knows nothing about
@@ -32,7 +32,7 @@ from backend.core.kv import (
     stack_caches,
     trim_cache,
 )
-from backend.core.tree import TreeLayout
+from backend.core.tree import TreeLayout, Visibility
 
 HOLES_BEFORE_COMPACTING = 1.5  # compact once the cache is this many times the longest row's real tokens
 
@@ -67,11 +67,8 @@ class RaggedRows:
         width = inputs.shape[1]
         real = torch.tensor(lengths, device=self.device)[:, None]  # [B, 1]
         new_valid = torch.arange(width, device=self.device)[None, :] < real  # [B, W]
-        offsets = torch.arange(width, device=self.device)[None, :].repeat(len(lengths), 1)  # [B, W]
-        for row, tree in enumerate(trees or []):
-            if tree is not None:
-                offsets[row, : tree.width] = tree.depths  # a node's position: the root's + its depth
-        positions = self.valid.sum(dim=1)[:, None] + offsets  # [B, W]
+        offsets = Visibility.of(trees or [None] * len(lengths), width, self.device).offsets  # [B, W]
+        positions = self.valid.sum(dim=1)[:, None] + offsets  # [B, W]: a tree node's is the root's + its depth
         self._mask = torch.cat([self.valid, new_valid], dim=1)  # [B, slots + W]
         mask = self._mask
         if trees and any(tree is not None for tree in trees):
@@ -118,13 +115,18 @@ class StaticRows:
     def forward(
         self, inputs: torch.Tensor, lengths: list[int], want_hidden: bool, trees: list[TreeLayout | None] | None = None
     ) -> ForwardResult:
-        """Chains only: a batch with trees never reaches here (the compiled passes refuse trees)."""
+        """inputs [B, W]: row i's first lengths[i] tokens are real, the rest padding past them; trees[i] is
+        row i's tree layout when its drafts are a tree."""
+        if self.cache.room() < inputs.shape[1]:  # a tree wider than the room left for the longest row
+            self.cache.grow(inputs.shape[1])
         self._before = self.cache.lengths
-        return self.fast.forward(inputs, self.cache)
+        seen = Visibility.of(trees, inputs.shape[1], inputs.device) if trees else None
+        return self.fast.forward(inputs, self.cache, seen=seen)
 
     def accept(self, kept: list[list[int]]) -> None:
-        """Row i keeps its newest committed token and accepted drafts, kept[i] = [0 .. a]."""
-        self.cache.keep(self._before + torch.tensor([len(offsets) for offsets in kept], device=self._before.device))
+        """Row i keeps the slots at offsets kept[i] of those the last pass added (0..a for a chain, 0 and
+        the kept path's rows for a tree), moved down into place."""
+        self.cache.keep_slots(self._before, kept)
 
     def select(self, rows: list[int]) -> None:
         self.cache.select_rows(rows)

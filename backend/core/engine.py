@@ -10,7 +10,7 @@
 With a tree budget the drafts may be a token tree (tree.py): the pass scores every node under a
 tree mask, verification returns the kept root path, and the cache keeps that path moved into place.
 Trees are verified by greedy acceptance or, when sampling, by multi-candidate rejection sampling (both
-in verify.py), on the eager forward for now (batch.py runs tree rows in a batch the same way).
+in verify.py), on either kind of pass (batch.py runs tree rows in a batch the same way).
 
 How a pass runs (Hugging Face's eager forward, or a static cache and compiled graphs) is the
 engine's `passes` (target_passes.py).

@@ -6,8 +6,10 @@ small operators per layer from Python; on a 2-core CPU that overhead is most of 
 docs/measurements/). Here a pass is one compiled graph (gpt-fast's recipe, gpt-fast/model.py): the
 decoder layers of a Llama-family model read from the Hugging Face module's own weights (norms,
 rotary embedding, embedding and LM head are its modules; q/k/v and gate/up are concatenated into one
-matrix each), keys and values go into `StaticKV` at each row's own length, and a query at position p
-attends to slots <= p. Graphs:
+matrix each), keys and values go into `StaticKV` at each row's own length, and a new token sees the
+row's cached slots and, among the pass's new tokens, those a `Visibility` allows: the ones up to itself
+(a chain), or itself and its ancestors at the position of its depth (a token tree, tree.py). Chains and
+trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 
 - T = 1 (plain decoding and one-token drafts), and one graph for 2 <= T <= MAX_COMPILED_WIDTH with
   the width symbolic, so every verify width shares it (no padding); batch size and cache capacity
@@ -35,6 +37,7 @@ from torch import nn
 
 from backend.core.kv import ForwardResult
 from backend.core.static_kv import StaticKV
+from backend.core.tree import Visibility
 
 MAX_COMPILED_WIDTH = 32
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
@@ -92,7 +95,7 @@ class _FusedLayer(nn.Module):
         sin: torch.Tensor,
         visible: torch.Tensor,
         rows: torch.Tensor,
-        positions: torch.Tensor,
+        slots: torch.Tensor,
         keys: torch.Tensor,
         values: torch.Tensor,
     ) -> torch.Tensor:
@@ -101,8 +104,8 @@ class _FusedLayer(nn.Module):
         q = q.view(batch, width, -1, self.head_dim).transpose(1, 2)  # [B, heads, T, hd]
         k = k.view(batch, width, -1, self.head_dim).transpose(1, 2)  # [B, kv_heads, T, hd]
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        keys[rows, :, positions] = k.transpose(1, 2)  # [B, T, kv_heads, hd] into each row's slots
-        values[rows, :, positions] = v.view(batch, width, -1, self.head_dim)
+        keys[rows, :, slots] = k.transpose(1, 2)  # [B, T, kv_heads, hd] into each row's slots
+        values[rows, :, slots] = v.view(batch, width, -1, self.head_dim)
         attended = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=visible, enable_gqa=True
         )  # [B, heads, T, hd]
@@ -127,21 +130,26 @@ class _FusedModel(nn.Module):
         lengths: torch.Tensor,
         keys: list[torch.Tensor],
         values: list[torch.Tensor],
+        offsets: torch.Tensor,
+        among: torch.Tensor,
         last_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids [B, T] at slots lengths[b] + t. Returns logits [B, T, V] ([B, 1, V] with last_only) and
-        hidden [L+1, B, T, H]."""
+        """ids [B, T] at slots lengths[b] + t, at RoPE positions lengths[b] + offsets[b, t]; new token t
+        sees the row's cached slots and new token u where among[b, t, u]. Returns logits [B, T, V]
+        ([B, 1, V] with last_only) and hidden [L+1, B, T, H]."""
         batch, width = ids.shape
-        positions = lengths[:, None] + torch.arange(width, device=ids.device)[None, :]  # [B, T]
-        slots = torch.arange(keys[0].shape[2], device=ids.device)  # [S]
-        visible = (slots[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, S]
+        new_slots = lengths[:, None] + torch.arange(width, device=ids.device)[None, :]  # [B, T]
+        positions = lengths[:, None] + offsets  # [B, T]
+        past = torch.arange(keys[0].shape[2], device=ids.device)[None, None, :] - lengths[:, None, None]  # [B, 1, S]
+        new = among.gather(2, past.clamp(0, width - 1).expand(batch, width, -1))  # [B, T, S]: u = slot - length
+        visible = ((past < 0) | (new & (past < width)))[:, None]  # [B, 1, T, S]
         rows = torch.arange(batch, device=ids.device)[:, None].expand(batch, width)  # [B, T]
         x = self.embed(ids)  # [B, T, H]
         cos, sin = self.rotary(x, positions)  # [B, T, hd] each
         hidden = []
         for layer, layer_keys, layer_values in zip(self.layers, keys, values, strict=True):
             hidden.append(x)
-            x = layer(x, cos, sin, visible, rows, positions, layer_keys, layer_values)
+            x = layer(x, cos, sin, visible, rows, new_slots, layer_keys, layer_values)
         x = self.norm(x)
         hidden.append(x)
         return self.lm_head(x[:, -1:] if last_only else x).float(), torch.stack(hidden)
@@ -172,21 +180,26 @@ class FastForward:
         return StaticKV.allocate(self.layers, batch, self.kv_heads, capacity, self.head_dim, self.dtype, self.device)
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor, cache: StaticKV, last_only: bool = False) -> ForwardResult:
-        """ids [B, T] after each row's cached tokens; the rows' lengths grow by T. Returns logits
-        [B, T, V] float32 (with last_only, at least the last position's) and the hidden states per
-        layer index, each [B, T, H]."""
-        width = ids.shape[1]
+    def forward(
+        self, ids: torch.Tensor, cache: StaticKV, last_only: bool = False, seen: Visibility | None = None
+    ) -> ForwardResult:
+        """ids [B, T] after each row's cached tokens; the rows' lengths grow by T. `seen` says what the new
+        tokens see of each other (default: a chain each). Returns logits [B, T, V] float32 (with
+        last_only, at least the last position's) and the hidden states per layer index, each [B, T, H]."""
+        batch, width = ids.shape
         if cache.room() < width:
             raise ValueError(f"the static cache holds {cache.capacity} slots: no room for {width} more")
-        if width > MAX_COMPILED_WIDTH:  # a long prompt, uncompiled: no logits for positions nobody reads
-            logits, hidden = self.module(ids, cache.lengths, cache.keys, cache.values, last_only)
+        seen = seen or Visibility.chains(batch, width, ids.device)
+        if width > MAX_COMPILED_WIDTH:  # a long prompt or a wide tree, uncompiled
+            logits, hidden = self.module(ids, cache.lengths, cache.keys, cache.values, *seen, last_only)
         else:
             if width > 1:  # one graph for every verify width
-                torch._dynamo.mark_dynamic(ids, 1, min=2, max=MAX_COMPILED_WIDTH)
-            torch._dynamo.maybe_mark_dynamic(ids, 0)  # and one for every batch size above 1
+                for tensor, dim in ((ids, 1), (seen.offsets, 1), (seen.among, 1), (seen.among, 2)):
+                    torch._dynamo.mark_dynamic(tensor, dim, min=2, max=MAX_COMPILED_WIDTH)
+            for tensor in (ids, *seen):  # and one for every batch size above 1
+                torch._dynamo.maybe_mark_dynamic(tensor, 0)
             with torch._inductor.config.patch(self._settings[min(width, 2)]):
-                logits, hidden = self._graphs(ids, cache.lengths, cache.keys, cache.values)
+                logits, hidden = self._graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
         cache.lengths = cache.lengths + width
         return ForwardResult(logits, tuple(hidden.unbind(0)))
 

@@ -17,7 +17,7 @@ from functools import cache as memoize
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from backend.core.tree import TreeLayout
+from backend.core.tree import TreeLayout, Visibility
 
 
 @dataclass
@@ -108,12 +108,7 @@ def batched_tree_mask(
     padding token sees itself only, so no row of the softmax is empty."""
     batch, slots = valid.shape[0], valid.shape[1] - width
     device = valid.device
-    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # [T, T]
-    new = causal.expand(batch, width, width).clone()  # [B, T, T]
-    for row, tree in enumerate(trees):
-        if tree is not None:
-            new[row] = torch.eye(width, dtype=torch.bool, device=device)
-            new[row, : tree.width, : tree.width] = tree.ancestors
+    new = Visibility.of(trees, width, device).among  # [B, T, T]
     real = valid[:, slots:]  # [B, T]: the row's real new tokens
     new &= real[:, None, :] | torch.eye(width, dtype=torch.bool, device=device)[None]  # padding is seen by no one else
     allowed = torch.cat([valid[:, None, :slots].expand(batch, width, slots), new], dim=2)  # [B, T, slots + T]

@@ -1,10 +1,11 @@
 """A static KV cache: per-layer keys and values preallocated for a request, and a length per row.
 
 `fast_forward.py` writes the keys and values of new tokens at slots `length .. length + T - 1` of each
-row and attends to slots `<= position`; nothing is ever concatenated or cropped. Rolling back the
-rejected drafts of a step is moving a row's length back: the slots past it hold stale entries that
-no later query can see, and the next pass overwrites them. Because a row has no holes, a token's
-slot is its RoPE position, as in vLLM's per-request sequence lengths over a paged cache.
+row; nothing is ever concatenated or cropped. Rolling back the rejected drafts of a step is moving a
+row's length back: the slots past it hold stale entries that no later query can see, and the next
+pass overwrites them. A token tree's accepted path is moved down into place first (`keep_slots`).
+Because a row has no holes, a token's slot is its RoPE position, as in vLLM's per-request sequence
+lengths over a paged cache.
 
 Knows nothing about models or drafting: it is tensors and lengths.
 """
@@ -67,6 +68,20 @@ class StaticKV:
         if bool((kept > self.lengths).any()) or bool((kept < 0).any()):
             raise ValueError(f"cannot keep {kept.tolist()} slots of rows holding {self.lengths.tolist()}")
         self.lengths = kept
+
+    def keep_slots(self, start: torch.Tensor, kept: list[list[int]]) -> None:
+        """After a pass that wrote row b's new tokens at slots start[b] + t: row b keeps its first
+        start[b] slots, then the new slots at offsets kept[b] (increasing), moved into place (a token
+        tree's root and accepted path). Every source is at or after its destination, and gathering
+        before writing makes the overlap safe; RoPE needs no redo, since a node was rotated at the
+        position of its depth, which its new slot is (kv.keep_path does the same for Hugging Face's cache)."""
+        for row, offsets in enumerate(kept):
+            if offsets != list(range(len(offsets))):  # a chain's accepted tokens are already in place
+                first = int(start[row])
+                source = torch.tensor(offsets, device=self.lengths.device) + first  # [P]
+                for tensor in (*self.keys, *self.values):  # each [B, kv_heads, capacity, head_dim]
+                    tensor[row, :, first : first + len(offsets)] = tensor[row].index_select(1, source)
+        self.keep(start + torch.tensor([len(offsets) for offsets in kept], device=self.lengths.device))
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only these batch rows, in this order."""

@@ -2,8 +2,9 @@
 architecture; `--compile off`), or the fast path of fast_forward.py (static cache, compiled graphs;
 Llama-family models; `--compile on`). Both give the engine the same four calls: a cache for a request,
 prefill, a pass of new tokens, and keeping the first n cached positions. `auto` takes the fast path
-where the model and machine allow it. Token trees (a pass with a tree mask, then keeping the accepted
-path) run on the eager forward only, for models whose attention takes a 4D mask over every layer.
+where the model and machine allow it. Both take token trees (a pass in which each node sees its
+ancestors, then keeping the accepted path): the eager forward for models whose attention takes a 4D
+mask over every layer, the fast path always.
 
 Knows nothing about drafting or verification.
 """
@@ -28,7 +29,7 @@ from backend.core.kv import (
     trim_cache,
 )
 from backend.core.static_kv import StaticKV
-from backend.core.tree import TreeLayout
+from backend.core.tree import TreeLayout, Visibility
 
 COMPILE_CHOICES = ("auto", "on", "off")
 TREE_MASKED_ATTENTION = ("sdpa", "eager")  # attention implementations that add a 4D float mask as given
@@ -118,22 +119,25 @@ class CompiledPasses:
         tree: TreeLayout | None = None,
     ) -> ForwardResult:
         """Logits of every new position (with last_only, at least the last one's: the compiled widths
-        return all). Trees are refused (`check_tree`)."""
-        if tree is not None:
-            self.check_tree()
+        return all). With `tree`, tokens are [x, n_1 .. n_N] and each node sees the cache, x and its
+        ancestors, at position past + depth."""
         if cache.room() < len(tokens):  # a drafter's cache, sized before its request's length was known
             cache.grow(len(tokens))
         ids = torch.tensor([tokens], dtype=torch.long, device=self.fast.device)  # [1, T]
-        result = self.fast.forward(ids, cache, last_only)
+        seen = Visibility.of([tree], len(tokens), self.fast.device) if tree is not None else None
+        result = self.fast.forward(ids, cache, last_only, seen)
         return ForwardResult(result.logits[0], tuple(h[0] for h in result.hidden) if want_hidden else None)
 
     def keep(self, cache: StaticKV, keep: int) -> None:
         cache.keep(keep)
 
-    @staticmethod
-    def check_tree() -> None:
-        """Trees run on the eager forward for now."""
-        raise SpecScopeError("tree drafts run on Hugging Face's eager forward for now: use --compile off")
+    def keep_path(self, cache: StaticKV, start: int, path: tuple[int, ...]) -> None:
+        """Keep the first `start` positions, then the tree pass's nodes on `path`, moved into place."""
+        pass_start = torch.tensor([start - 1], device=cache.lengths.device)  # the pass began with x
+        cache.keep_slots(pass_start, [[0, *(node + 1 for node in path)]])
+
+    def check_tree(self) -> None:
+        """The fast path's own attention takes any tree: nothing to check."""
 
     def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
         """Compile the graphs now, single-sequence ones, and with `batched` those for batches of two or

@@ -10,13 +10,15 @@ pass over [x, n_1 .. n_N]. The ancestor matrix is built as EAGLE-2 builds its tr
 each node's row = its parent's row plus itself; SafeAILab/EAGLE `eagle/model/cnets.py::topK_genrate`).
 
 The shape of a tree as plain lists (parents, depths, paths, children) is tree_shape.py's, which the
-dashboard reads too; this module adds the ancestor matrix and the tensors a pass needs. It knows
+dashboard reads too; this module adds the ancestor matrix and the tensors a pass needs (`Visibility`:
+what a pass's new tokens see of each other, chains and trees alike, row by row for a batch). It knows
 nothing about models, caches or acceptance rules.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -57,3 +59,30 @@ class TreeLayout:
     def width(self) -> int:
         """Rows of the pass: the root plus the nodes."""
         return len(self.parents) + 1
+
+
+class Visibility(NamedTuple):
+    """What a pass's new tokens see of each other, per row: offsets [B, T] long (a token's RoPE position
+    past the row's length: t for a chain, a node's depth in a tree) and among [B, T, T] bool (token t
+    sees token u). Every row sees its own cached slots."""
+
+    offsets: torch.Tensor
+    among: torch.Tensor
+
+    @classmethod
+    def chains(cls, batch: int, width: int, device: torch.device) -> Visibility:
+        offsets = torch.arange(width, device=device)[None].repeat(batch, 1)  # [B, T]
+        among = torch.ones(width, width, dtype=torch.bool, device=device).tril()  # [T, T]
+        return cls(offsets, among[None].repeat(batch, 1, 1))
+
+    @classmethod
+    def of(cls, trees: list[TreeLayout | None], width: int, device: torch.device) -> Visibility:
+        """Row i is trees[i] (its root and nodes first; any padding after them sees itself only), or a
+        chain where trees[i] is None."""
+        offsets, among = cls.chains(len(trees), width, device)
+        for row, tree in enumerate(trees):
+            if tree is not None:
+                offsets[row, : tree.width] = tree.depths
+                among[row] = torch.eye(width, dtype=torch.bool, device=device)
+                among[row, : tree.width, : tree.width] = tree.ancestors
+        return cls(offsets, among)

@@ -101,8 +101,7 @@ def speed_benchmark(
     tree_budgets: tuple[int, ...] = (0,),
     tree_topk: int = 4,
 ) -> dict:
-    """The report (see `_report`). Tree budgets need passes that score trees (the eager forward, a
-    target loaded with compile off), and chains then run on the same passes."""
+    """The report (see `_report`). With tree budgets the target's passes are checked for trees first."""
     runner = Runner(target)
     if any(tree_budgets):
         runner.engine.passes.check_tree()

@@ -93,20 +93,16 @@ class RunPlan:
 
 class RunRecorder:
     """Writes one target's runs to the store: `start` a run, `add_steps` as it goes, then `finish`
-    (or `cancel`, or `fail`). `compile` is the passes the runs use where a caller chose other than
-    the target's own (trees run on the eager forward)."""
+    (or `cancel`, or `fail`)."""
 
-    def __init__(
-        self, store: RunStore, target: LoadedModel, target_name: str | None = None, compile: str | None = None
-    ) -> None:
+    def __init__(self, store: RunStore, target: LoadedModel, target_name: str | None = None) -> None:
         self.store = store
         self.target = target
         self.target_name = target_name or target.spec  # the name the request used (default: the spec)
-        self._compile = compile
 
     @property
     def compile(self) -> str:
-        return compile_mode(self.target.model, self._compile or self.target.compile)
+        return compile_mode(self.target.model, self.target.compile)
 
     def start(self, plan: RunPlan) -> str:
         """Store the run as running; returns its new id."""

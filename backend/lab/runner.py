@@ -73,15 +73,12 @@ class RunResult:
 
 
 class Runner:
-    """A target with its engine; `run` decodes one multi-turn prompt with one drafter. `compile`
-    overrides the target's choice of passes (trees need "off")."""
+    """A target with its engine; `run` decodes one multi-turn prompt with one drafter."""
 
-    def __init__(self, target: LoadedModel, use_chat_template: bool = True, compile: str | None = None) -> None:
+    def __init__(self, target: LoadedModel, use_chat_template: bool = True) -> None:
         self.target = target
         self.use_chat_template = use_chat_template
-        self.engine = SpeculativeEngine(
-            target.model, target.eos_token_ids, target.facts.max_context, compile or target.compile
-        )
+        self.engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
 
     def decode(self, ids: list[int]) -> str:
         return self.target.tokenizer.decode(ids, skip_special_tokens=True)

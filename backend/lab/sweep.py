@@ -78,11 +78,9 @@ def run_sweep(
     Besides drafters, D and B the grid spans `temperatures` (plain decoding is measured at each),
     `option_values` (drafter option name -> values; each drafter sweeps the options it has, the rest
     keep `options`) and `tree_budgets` (0 = chains; drafters that build trees draft at each budget).
-    A configuration that varies any carries a `variant` label ('T=0.7, ngram_max=2, tree=16'). With a
-    tree budget the whole sweep, plain decoding included, runs on the eager forward (trees need it)."""
+    A configuration that varies any carries a `variant` label ('T=0.7, ngram_max=2, tree=16')."""
     option_values = check_option_values(drafters, option_values or {})
-    compile = "off" if any(tree_budgets) else target.compile
-    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, compile)
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
     prompts = [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions]
@@ -97,7 +95,7 @@ def run_sweep(
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0
     sweep_id = uuid.uuid4().hex
-    recorder = RunRecorder(store, target, compile=compile) if store is not None else None
+    recorder = RunRecorder(store, target) if store is not None else None
     provenance = {key: software()[key] for key in ("specscope_version", "git_commit")}
     if store is not None:
         store.start_sweep(sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})

@@ -13,8 +13,7 @@ Every figure compares like with like, within the job:
     starts warmer, and its start record says how warm.
 
 Records (each a dict with a `type`):
-  start     {run_id, lane, target facts, drafter, draft_len, tree_budget, compile (the passes: "off"
-             for every lane of a job with a tree lane, since trees run on the eager forward), cost,
+  start     {run_id, lane, target facts, drafter, draft_len, tree_budget, compile (the passes), cost,
              group_id, memory: {sequences, tokens} the drafter remembered at the start of the job, or None}
   step      {run_id, lane, turn, StepEvent fields (a tree step's parents and accepted_path included),
              *_text (decoded tokens), running (AL, rate, tok/s)}
@@ -108,12 +107,11 @@ class LiveRuns:
 
     def run(self, job: Job, target: LoadedModel) -> None:
         request: RunRequest = job.request
-        passes = "off" if request.has_trees else None  # trees run on the eager forward: the whole job does
-        recorder = RunRecorder(self.store, target, request.target, passes)
+        recorder = RunRecorder(self.store, target, request.target)
         group_id = uuid.uuid4().hex  # the job's runs (lanes and plain baseline) share a group
         runs: list[LaneRun] = []
         try:
-            runner = Runner(target, compile=passes)
+            runner = Runner(target)
             baseline = plain_rollout(job, runner, recorder, request, group_id) if request.replay else None
             reference = baseline.output_ids if baseline else None
             for index, spec in enumerate(request.lanes):

@@ -49,11 +49,6 @@ class RunRequest:
     question_id: str | None = None
     category: str | None = None
 
-    @property
-    def has_trees(self) -> bool:
-        """Whether a lane drafts token trees (which run on the eager forward)."""
-        return any(lane.tree_budget > 0 for lane in self.lanes)
-
     def settings(self, lane: LaneSpec) -> GenerationSettings:
         return GenerationSettings(
             max_new_tokens=self.max_new_tokens,

@@ -37,7 +37,7 @@ def test_a_tree_run_shows_fans_and_draws_a_steps_tree(worker_env):
     at = tree_run(8)
     html = html_of(at)
     assert 'class="ss-fan" title=' in html and "token tree:" in html  # the fan's hover lists the branches
-    assert "token tree ≤ 8 drafts (eager forward)" in "\n".join(c.value for c in at.caption)
+    assert "token tree ≤ 8 drafts" in "\n".join(c.value for c in at.caption)
     assert [header.value for header in at.subheader] == ["Token trees"]
     assert at.select_slider(key="live_tree_step").value.startswith("turn 1 · step ")
     assert len(at.get("plotly_chart")) == 3  # step times, histogram, the tree

@@ -10,11 +10,10 @@ import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM
 
-from backend.core.batch import BatchEngine
 from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
-from backend.core.target_passes import CompiledPasses, EagerPasses
+from backend.core.target_passes import EagerPasses
 from backend.core.tree_shape import children
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
@@ -118,24 +117,10 @@ def test_ngram_trees_sample_reproducibly(tiny):
         assert len(step.target_probs) == len(step.drafted) and 0 < step.target_token_prob <= 1
 
 
-def test_batched_trees_on_compiled_passes_are_refused(tiny):
-    settings = GenerationSettings(10, 4, tree_budget=8)
-    engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, tiny.facts.max_context, compile="on")
-    with pytest.raises(SpecScopeError, match="eager forward") as refused:
-        BatchEngine(engine).generate([PROMPT, PROMPT], build_drafter("ngram", tiny), settings)
-    assert one_sentence(str(refused.value))
-
-
 @pytest.mark.parametrize("budget", [-1])
 def test_a_negative_tree_budget_is_refused(tiny, budget):
     with pytest.raises(SpecScopeError, match="tree budget must be >= 0"):
         engine_for(tiny).generate(PROMPT, None, GenerationSettings(10, 4, tree_budget=budget))
-
-
-def test_compiled_passes_refuse_trees():
-    with pytest.raises(SpecScopeError, match="--compile off") as refused:
-        CompiledPasses.check_tree()
-    assert one_sentence(str(refused.value))
 
 
 def test_attention_without_a_4d_mask_is_refused():

@@ -8,7 +8,6 @@ import argparse
 import pytest
 
 from backend.cli.arg_types import tree_budgets
-from backend.cli.common import eager_for_trees
 from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions
@@ -64,14 +63,3 @@ def test_trees_on_passes_that_cannot_score_them_are_refused_before_measuring(tin
     monkeypatch.setattr(tiny.model.config, "_attn_implementation", "flash_attention_2")
     with pytest.raises(SpecScopeError, match="tree drafts need sdpa or eager attention"):
         speed_benchmark(tiny, QUESTIONS, ["ngram"], [4], 8, DrafterOptions(), tree_budgets=(0, 8))
-
-
-def test_the_command_line_refuses_compiled_trees_in_one_sentence():
-    with pytest.raises(SpecScopeError, match="eager forward"):
-        eager_for_trees(argparse.Namespace(compile="on"), True)
-    chosen = argparse.Namespace(compile="auto")
-    eager_for_trees(chosen, True)
-    assert chosen.compile == "off"
-    chains = argparse.Namespace(compile="auto")
-    eager_for_trees(chains, False)
-    assert chains.compile == "auto"

@@ -97,7 +97,7 @@ def test_grid_and_labels():
 
 def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_path):
     """ngram at each budget, layerskip (no trees) at chains only; every greedy point lossless at batch
-    size 2 (ragged trees in one pass); the whole sweep eager even for a target that compiles; runs and
+    size 2 (ragged trees in one pass); the whole sweep on the compiled passes of a target that compiles; runs and
     points say their budget."""
     store = RunStore(tmp_path / "trees.duckdb")
     compiled = replace(tiny, compile="on")
@@ -109,11 +109,11 @@ def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_pa
     assert configs == {("none", None), ("ngram", None), ("ngram", "tree=8"), ("layerskip", None)}
     assert all(p["lossless"] is True for p in report["points"])
     details = {(p["drafter"], p["variant"]): p for p in report["details"]}
-    assert {p["compile"] for p in details.values()} == {"off"}
+    assert {p["compile"] for p in details.values()} == {"on"}
     assert details[("ngram", "tree=8")]["tree_budget"] == 8
     runs = store.runs(kind="sweep")
     trees = runs[runs["variant"] == "tree=8"]
-    assert len(trees) == len(QUESTIONS) and set(trees["tree_budget"]) == {8} and set(runs["compile"]) == {"off"}
+    assert len(trees) == len(QUESTIONS) and set(trees["tree_budget"]) == {8} and set(runs["compile"]) == {"on"}
     branched = [store.steps(run_id)["parents"].notna().any() for run_id in trees["run_id"]]
     assert any(branched), "no batched tree step branched"
     points = store.sweep_points(sweep_id=report["sweep_id"])

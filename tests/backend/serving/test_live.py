@@ -239,14 +239,15 @@ def test_a_tree_lane_streams_and_stores_its_tree_and_stays_lossless(worker):
     assert (plain["tree_budget"], plain["tree_topk"]) == (0, None)
 
 
-def test_a_job_with_a_tree_lane_runs_every_lane_on_the_eager_forward(tiny, tmp_path):
+def test_a_job_with_a_tree_lane_runs_on_the_targets_compiled_passes(tiny, tmp_path):
     """On a target whose engines compile, the tree lane and the job's plain baseline both run (and are
-    stored as) eager, so the speedup compares the same passes; the graphs are never built."""
+    stored as) compiled, so the speedup compares the same passes, and the tree lane stays lossless."""
     compiled = Worker(replace(tiny, compile="on"), tmp_path / "runs.duckdb")
     tree_lane = LaneSpec("ngram", 4, DrafterOptions(), tree_budget=8)
     job = compiled.run(replace(request([("ngram", 4)], max_new_tokens=12), lanes=[tree_lane]))
     [start] = job.of("start")
-    assert (start["compile"], start["tree_budget"]) == ("off", 8)
-    assert compiled.store.run(start["run_id"])["compile"] == "off"
-    assert compiled.store.run(job.of("baseline")[0]["run_id"])["compile"] == "off"
+    assert (start["compile"], start["tree_budget"]) == ("on", 8)
+    assert job.summaries()[0]["identity"]["identical"] is True
+    assert compiled.store.run(start["run_id"])["compile"] == "on"
+    assert compiled.store.run(job.of("baseline")[0]["run_id"])["compile"] == "on"
     compiled.store.close()
