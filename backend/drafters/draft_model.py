@@ -104,4 +104,5 @@ SPEC = DrafterSpec(
     DraftModelOptions,
     _build,
     export=_export,
+    trees=True,
 )

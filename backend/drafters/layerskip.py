@@ -88,4 +88,5 @@ SPEC = DrafterSpec(
     "self-speculation: the target's first layers and its own LM head draft",
     LayerSkipOptions,
     lambda target, options, load: LayerSkipDrafter(target, options.layerskip_exit_layer),
+    trees=True,
 )
