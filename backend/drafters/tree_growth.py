@@ -32,6 +32,8 @@ from backend.core.tree_shape import best_nodes, depths
 
 @dataclass
 class Tree:
+    """A grown tree as the engine reads it (Draft.parents), with each node's own draft probability."""
+
     tokens: list[int]
     parents: list[int]  # -1 = the newest committed token; parents before children, best first
     probs: list[float]  # each node's probability under the distribution it was picked from
