@@ -182,7 +182,8 @@ class BlockSession:
 
 
 def tree_stop_reason(tree: Tree, wanted: int, eos_ids: set[int]) -> str | None:
-    """ "eos" when a tree shallower than `wanted` holds an end-of-sequence token, else None (its budget)."""
+    """Why a tree is shallower than `wanted`: "eos" when it holds an end-of-sequence token, else None (its
+    budget)."""
     return "eos" if tree.depth < wanted and any(token in eos_ids for token in tree.tokens) else None
 
 
