@@ -5,7 +5,8 @@ Each proposal first brings the draft cache in line with the committed sequence (
 common prefix, feed the rest; rejected drafts are simply cut away), then drafts D tokens one
 forward at a time, sampling with the target's temperature / top-k / top-p so that q is the exact
 distribution each draft was drawn from. Greedy drafting takes the argmax. Drafting stops early at
-an end-of-sequence token.
+an end-of-sequence token. Asked for a tree, it drafts the greedy chain and adds each depth's next-best
+tokens beside it (tree_growth.py): still one forward per depth, no tree attention in the draft's pass.
 
 Knows nothing about acceptance; `DraftRunner` hides which model does the forward passes.
 """
@@ -19,6 +20,7 @@ import torch
 from backend.core.drafter import Draft, DraftRequest, StepOutcome
 from backend.core.kv import ForwardResult
 from backend.core.verify import sample, target_probs
+from backend.drafters.tree_growth import chain_and_siblings
 
 
 class DraftRunner(Protocol):
@@ -43,17 +45,15 @@ class AutoregressiveSession:
         self.cached: list[int] = []  # the token ids whose keys/values the draft cache holds
 
     def propose(self, request: DraftRequest) -> Draft:
-        tokens, sampling = request.tokens, request.sampling
-        keep = min(_common_prefix(self.cached, tokens), len(tokens) - 1)  # feed at least the newest token
-        self.runner.keep(self.cache, keep)
-        self.cached = self.cached[:keep]
-        feed = tokens[keep:]
+        if request.max_nodes > 0:
+            return self._tree(request)
+        sampling = request.sampling
+        feed = self._sync(request.tokens)
         drafted: list[int] = []
         rows: list[torch.Tensor] = []  # q for each draft, [V]
         confidence: list[float] = []
         while len(drafted) < request.max_tokens:
-            logits = self._fit_vocab(self.runner.forward(feed, self.cache).logits[-1])  # [V]
-            self.cached.extend(feed)
+            logits = self._next_logits(feed)  # [V]
             if sampling.greedy:
                 token = int(logits.argmax())
                 confidence.append(float(torch.softmax(logits, dim=-1)[token]))
@@ -69,6 +69,39 @@ class AutoregressiveSession:
         stop = "eos" if drafted and drafted[-1] in self.eos_ids and len(drafted) < request.max_tokens else None
         probs = torch.stack(rows) if rows else None  # [D, V]
         return Draft(drafted, probs=probs, confidence=confidence, stop_reason=stop)
+
+    def _tree(self, request: DraftRequest) -> Draft:
+        """The greedy chain (whatever the sampling settings: tree nodes are deterministic picks) with each
+        depth's next-best tokens beside it, the budget's best nodes kept (tree_growth.chain_and_siblings).
+        A node deeper than the budget could not keep its ancestors, so the chain stops there too."""
+        feed = self._sync(request.tokens)
+        chain: list[int] = []
+        rows: list[torch.Tensor] = []  # the draft's distribution at each depth, [V]
+        while len(chain) < min(request.max_tokens, request.max_nodes):
+            logits = self._next_logits(feed)  # [V]
+            chain.append(int(logits.argmax()))
+            rows.append(torch.softmax(logits.float(), dim=-1))
+            if chain[-1] in self.eos_ids:
+                break
+            feed = chain[-1:]
+        if not chain:
+            return Draft([])
+        tree = chain_and_siblings(torch.stack(rows), chain, request.branching, request.max_nodes)  # rows [n, V]
+        stop = "eos" if chain[-1] in self.eos_ids and len(chain) < request.max_tokens else None
+        return tree.draft(stop)
+
+    def _sync(self, tokens: list[int]) -> list[int]:
+        """Keep the cache's longest common prefix with the committed sequence; the tokens still to feed."""
+        keep = min(_common_prefix(self.cached, tokens), len(tokens) - 1)  # feed at least the newest token
+        self.runner.keep(self.cache, keep)
+        self.cached = self.cached[:keep]
+        return tokens[keep:]
+
+    def _next_logits(self, feed: list[int]) -> torch.Tensor:
+        """Feed tokens on top of the cache; the draft's logits for the next token, [V]."""
+        logits = self._fit_vocab(self.runner.forward(feed, self.cache).logits[-1])  # [V]
+        self.cached.extend(feed)
+        return logits
 
     def observe(self, outcome: StepOutcome) -> None:
         pass  # the next proposal re-synchronises the cache with the committed sequence

@@ -1,6 +1,6 @@
 """What the block-parallel drafters (DFlash, DSpark) share: the injected context's keys and values, training
 on anchored blocks (research notes §3.3, after z-lab's DFlash trainer), and the session that drafts a block
-per proposal from one backbone pass.
+per proposal from one backbone pass: a chain, or a token tree grown from the block's distributions.
 
 The backbone is DFlash's head (dflash.py): `encode_context(hidden, positions)`, `empty_context()`,
 `forward(anchors, anchor_positions, context, visible, drafts)` -> [B, K, 1 + D, H], `logits(h)`, `d2t` and
@@ -28,6 +28,7 @@ from backend.drafters.trained import (
     pick_tokens,
     target_distribution,
 )
+from backend.drafters.tree_growth import Tree, grow, top_children
 
 
 @dataclass
@@ -151,7 +152,8 @@ class BlockSession:
         device = self.backbone.d2t.device
         anchor = torch.tensor([[request.tokens[-1]]], device=device)  # [1, 1]
         hidden = self.backbone(anchor, torch.tensor([[anchor_position]], device=device), self.context)  # [1,1,1+D,H]
-        draft = self.draft(hidden[0, 0, 1 : 1 + wanted], request.tokens[-1], request)
+        slots = hidden[0, 0, 1 : 1 + wanted]  # [n, H]
+        draft = (self.draft_tree if request.max_nodes > 0 else self.draft)(slots, request.tokens[-1], request)
         if draft.stop_reason is None and wanted < request.max_tokens:
             draft.stop_reason = "block-size"
         return draft
@@ -163,11 +165,26 @@ class BlockSession:
         )
         return cut_after_eos(tokens, probs, confidence, self.drafter.eos_ids, len(tokens))
 
+    def draft_tree(self, hidden: torch.Tensor, anchor: int, request: DraftRequest) -> Draft:
+        """hidden [n, H] for slots 1..n -> a token tree: every slot's distribution is the same whatever the
+        tokens before it, so a node at depth j is among slot j's top-`branching` tokens (tree_growth.grow)."""
+        probs = torch.softmax(self.backbone.logits(hidden).float(), dim=-1)  # [n, Vd]
+        below = top_children(probs, request.branching, self.backbone.d2t)  # slot j's candidates: below[j - 1]
+        eos = self.drafter.eos_ids
+        tree = grow(anchor, lambda token, depth, state: below[depth], request.max_nodes, len(below), eos)
+        return tree.draft(tree_stop_reason(tree, len(below), eos))
+
     def observe(self, outcome: StepOutcome) -> None:
         self.states.receive(outcome.hidden, len(outcome.committed))
 
     def close(self) -> None:
         self.context, self.states = self.backbone.empty_context(), CommittedStates(self.states.layers)
+
+
+def tree_stop_reason(tree: Tree, wanted: int, eos_ids: set[int]) -> str | None:
+    """Why a tree is shallower than `wanted`: "eos" when it holds an end-of-sequence token, else None (its
+    budget)."""
+    return "eos" if tree.depth < wanted and any(token in eos_ids for token in tree.tokens) else None
 
 
 class BlockDrafter(TrainedDrafter):

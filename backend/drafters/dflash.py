@@ -262,4 +262,5 @@ SPEC = trained_spec(
     "DFlash: a block head drafts every position of a block in one pass from the target's hidden states",
     load,
     lambda target: drafter(target, new_head(target)),
+    trees=True,
 )

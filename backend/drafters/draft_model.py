@@ -1,6 +1,7 @@
 """External draft model: a separate small causal LM sharing the target's tokenizer, drafting D tokens
 with D sequential forward passes over its own KV cache (Leviathan et al.; HF `assistant_model`;
-vLLM `draft_model`). Probabilities are returned, so sampling verification uses the real q.
+vLLM `draft_model`). Probabilities are returned, so sampling verification uses the real q. Asked for a
+token tree, it adds each depth's next-best tokens beside its greedy chain (autoregressive.py).
 
 Knows nothing about the target except its vocabulary size and cost.
 """
@@ -104,4 +105,5 @@ SPEC = DrafterSpec(
     DraftModelOptions,
     _build,
     export=_export,
+    trees=True,
 )

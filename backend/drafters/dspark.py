@@ -14,6 +14,8 @@ The Markov step costs r (H + Vd) multiply-adds per drafted token. W_2 starts at 
 DSpark drafts exactly as its backbone) and the confidence bias starts high (it drafts whole blocks).
 Each token is drawn from its Markov-corrected distribution with the target's sampling settings, so q
 is exact for rejection sampling; stopping on confidence only shortens the draft, which keeps it lossless.
+Asked for a token tree, each node's children are the top tokens of its own corrected distribution and the
+confidence threshold prunes per path (DSparkSession.draft_tree).
 
 Training: backbone KL + Markov-corrected KL (teacher-forced on the true previous tokens) + BCE of the
 confidence against "the corrected draft's argmax equals the target's" at each slot (given a correct
@@ -42,10 +44,12 @@ from backend.drafters.block_drafting import (
     expected_accepted,
     position_weights,
     top1_by_position,
+    tree_stop_reason,
 )
 from backend.drafters.dflash import DFlashConfig, DFlashHead
 from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch, TrainedHead, pick_tokens
+from backend.drafters.tree_growth import Children, grow, top_children
 
 KIND = "dspark"
 INITIAL_CONFIDENCE_LOGIT = 4.0  # sigmoid(4) = 0.98: an untrained head drafts whole blocks
@@ -118,6 +122,32 @@ class DSparkSession(BlockSession):
                 stop = "eos" if k + 1 < hidden.shape[0] else None
                 break
         return Draft(tokens, torch.stack(rows) if rows else None, confidence, stop)
+
+    def draft_tree(self, hidden: torch.Tensor, anchor: int, request: DraftRequest) -> Draft:
+        """hidden [n, H] for slots 1..n -> a token tree. A slot's corrected distribution depends on the token
+        before it, so each node's children come from its own Markov-corrected distribution (no new backbone
+        pass: one Markov step per expanded node). The confidence threshold applies per path: a node's
+        children are drafted only while the running product of confidences along its path (each computed
+        from its slot's state and its parent's token, as on a chain) stays at or above the threshold; a
+        chain stops where a tree prunes that one branch."""
+        head: DSparkHead = self.drafter.head
+        base = head.backbone.logits(hidden)  # [n, Vd]
+        cut = False
+
+        def expand(token: int, depth: int, survival: float) -> Children | None:
+            nonlocal cut
+            z = head.markov(torch.tensor([token], device=hidden.device))  # [1, r]
+            survival *= float(torch.sigmoid(head.confidence_logit(hidden[depth : depth + 1], z)))
+            if survival < self.drafter.threshold:
+                cut = True
+                return None
+            probs = torch.softmax(head.corrected(base[depth : depth + 1], z).float(), dim=-1)  # [1, Vd]
+            return top_children(probs, request.branching, head.d2t, survival)[0]
+
+        n = hidden.shape[0]
+        tree = grow(anchor, expand, request.max_nodes, n, self.drafter.eos_ids, root_state=1.0)
+        low = cut and tree.depth < n
+        return tree.draft("low-confidence" if low else tree_stop_reason(tree, n, self.drafter.eos_ids))
 
 
 class DSparkDrafter(BlockDrafter):
@@ -217,4 +247,5 @@ SPEC = trained_spec(
     "stops the block",
     load,
     lambda target: drafter(target, new_head(target)),
+    trees=True,
 )

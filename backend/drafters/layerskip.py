@@ -1,6 +1,6 @@
 """Layer-skip self-speculation: the target's first k decoder layers, then its own final norm and LM
 head, draft D tokens (early exit, as in LayerSkip and HF `assistant_early_exit`). The weights are the
-target's; only the KV cache is separate.
+target's; only the KV cache is separate. Token trees as the draft-model drafter's (autoregressive.py).
 
 The truncated model is the target with `num_hidden_layers` set to k during the draft forwards (what
 transformers' own early-exit candidate generator does), so any architecture whose decoder loop reads
@@ -88,4 +88,5 @@ SPEC = DrafterSpec(
     "self-speculation: the target's first layers and its own LM head draft",
     LayerSkipOptions,
     lambda target, options, load: LayerSkipDrafter(target, options.layerskip_exit_layer),
+    trees=True,
 )

@@ -35,3 +35,7 @@ def test_a_tree_budget_is_lossless_and_only_tree_drafters_branch(tiny, tiny_othe
 
 def test_the_lookup_drafters_declare_trees():
     assert {"ngram", "suffix"} <= set(TREE_DRAFTERS)
+
+
+def test_the_autoregressive_and_block_drafters_declare_trees():
+    assert {"draft-model", "layerskip", "dflash", "dspark"} <= set(TREE_DRAFTERS)
