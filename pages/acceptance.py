@@ -1,20 +1,20 @@
 """Acceptance: how far each drafter's drafts get, from the stored drafting steps of the chosen run kinds
 (Live, Compare and sweep runs by default; replays, which score a stored rollout, and the shipped
-reference on request) and statuses (cancelled runs left out by default): AL vs D with bootstrap CIs,
-acceptance histograms per drafter and category, and per-position acceptance as survival and as
-conditional probability, side by side. With nothing of the user's own for the target, the reference
-sweep's steps are shown, labelled as such. Sweeps of serving engines (`bench sweep --engine`) have no
-steps of their own: their AL, acceptance rate and per-position survival, as each engine reports them, are
-listed below SpecScope's."""
+reference on request) and statuses (cancelled runs left out by default): AL vs D and AL vs tree budget
+(0 = chains) with bootstrap CIs, acceptance histograms per drafter and category, and per-position
+acceptance as survival and as conditional probability, side by side. With nothing of the user's own for
+the target, the reference sweep's steps are shown, labelled as such. Sweeps of serving engines
+(`bench sweep --engine`) have no steps of their own: their AL, acceptance rate and per-position survival,
+as each engine reports them, are listed below SpecScope's."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from backend.lab.hints import SWEEP_HINT
+from backend.lab.hints import SWEEP_HINT, TREE_SWEEP_HINT
 from backend.serving.client import WorkerError
-from ui import charts, connection, forms
+from ui import charts, connection, forms, tree_budget
 
 worker = connection.client()
 st.title("Acceptance")
@@ -128,6 +128,14 @@ if fixed:
 if dynamic:
     st.caption("Dynamic draft lengths (one AL each, no D axis):")
     st.dataframe(table(dynamic, al_columns), hide_index=True, key="acc_dynamic")
+
+st.subheader("AL vs tree budget")
+by_budget = tree_budget.groups_by_budget(pooled)
+if by_budget:
+    budget_columns = ["drafter", "draft_len", "tree_budget", "runs", "drafting_steps", "al", "al_ci_low", "al_ci_high"]
+    charts.chart_with_table(tree_budget.al_figure(by_budget), table(by_budget, budget_columns), "al_vs_tree_budget")
+else:
+    st.info(f"No run with a token tree stored for these filters: run `{TREE_SWEEP_HINT}`.")
 
 st.subheader("Acceptance histograms")
 lengths = list(dict.fromkeys(str(g["draft_len"]) for g in sorted(pooled, key=lambda g: str(g["draft_len"]))))

@@ -1,4 +1,5 @@
-"""Compare: one prompt, 2-4 drafters (each with its own D) in side-by-side lanes streaming together,
+"""Compare: one prompt, 2-4 drafters (each with its own D, and a tree budget where it builds trees; such a
+lane is named 'ngram [tree=16]' in every header, table and legend) in side-by-side lanes streaming together,
 then a summary table (speedups over one plain decoding of the prompt measured in the same job, and
 whether each lane's output is token-identical to it) and overlaid acceptance histograms. Every lane
 drafts with its own drafter state, from the same snapshot of any memory across requests. Replay
@@ -102,7 +103,7 @@ if state:
     for index, (slot, lane) in enumerate(zip(outputs, state["lanes"], strict=False)):
         spec = lane["spec"]
         slot.html(
-            f"<b>Lane {index + 1}: {spec['drafter']} · D={spec['draft_len']}</b>"
+            f"<b>Lane {index + 1}: {run_status.lane_name(spec)} · D={spec['draft_len']}</b>"
             + tokens.output_html(lane["steps"], view, (lane["summary"] or {}).get("text"))
         )
     rows = []
@@ -112,7 +113,7 @@ if state:
             rows.append(
                 {
                     "lane": index + 1,
-                    "drafter": lane["spec"]["drafter"],
+                    "drafter": run_status.lane_name(lane["spec"]),
                     "D": str(lane["spec"]["draft_len"]),
                     "AL": f"{summary['al']:.2f}",
                     "acceptance rate": f"{100 * summary['acceptance_rate']:.1f}%",
@@ -136,7 +137,7 @@ if state:
         if any((lane["start"] or {}).get("memory") for lane in state["lanes"]):
             st.caption(run_status.MEMORY_POLICY)
         shown = [
-            (f"{i + 1}: {lane['spec']['drafter']} D={lane['spec']['draft_len']}", lane)
+            (f"{i + 1}: {run_status.lane_name(lane['spec'])} D={lane['spec']['draft_len']}", lane)
             for i, lane in enumerate(state["lanes"])
             if lane["steps"]
         ]

@@ -1,4 +1,5 @@
-"""What the Live and Compare pages say about a run besides its tokens: how its speedup was measured
+"""What the Live and Compare pages say about a run besides its tokens: a lane's name (its drafter with its
+tree budget, as the store names the run), how its speedup was measured
 and when, whether its output matches plain decoding, how warm its drafter's memory was, and how a
 stream that did not finish ended (the Stop button, or a rerun of the page).
 
@@ -18,6 +19,8 @@ from datetime import datetime
 
 import streamlit as st
 
+from backend.lab.labels import drafter_label, variant_label
+
 HOW_MEASURED = {
     "interleaved": "decoded in this job, interleaved token for token with the drafting lanes",
     "before": "decoded in this job just before the lanes (the rollout replay scores them against)",
@@ -33,6 +36,12 @@ HIDE_STREAMLIT_STOP = (
     '<style>[data-testid="stStatusWidget"]:has([data-testid="stStatusWidgetRunningIcon"]) button '
     "{ display: none; }</style>"
 )
+
+
+def lane_name(spec: dict) -> str:
+    """A lane's drafter as every table and chart names it: 'ngram [tree=16]' for a lane with a tree budget,
+    'ngram' for a chain (the variant its stored run gets: RunRequest.plan)."""
+    return drafter_label(spec["drafter"], variant_label(0.0, {}, spec.get("tree_budget", 0)))
 
 
 def speedup_text(speedup: float | None) -> str:

@@ -141,15 +141,24 @@ def acceptance_groups(
 ) -> list[dict]:
     """Per (drafter, draft_len, category): AL with a bootstrap CI over runs, the acceptance histogram,
     survival and conditional per-position acceptance (metrics.py's counter), from the store's
-    acceptance tables (RunStore.acceptance_tables) as lists of records. pool_categories=True merges
-    every category into one group named 'all' (a run has one category, so its runs stay whole)."""
+    acceptance tables (RunStore.acceptance_tables) as lists of records, each group also carrying its
+    drafter without the variant (`base_drafter`) and its `tree_budget` (0: chains). pool_categories=True
+    merges every category into one group named 'all' (a run has one category, so its runs stay whole)."""
 
     def key(row: dict) -> tuple:
         return row["drafter"], str(row["draft_len"]), "all" if pool_categories else row["category"]
 
     groups: dict[tuple, dict] = {}
     for row in runs:
-        group = groups.setdefault(key(row), {"runs": [], "counter": AcceptanceCounter()})
+        group = groups.setdefault(
+            key(row),
+            {
+                "runs": [],
+                "counter": AcceptanceCounter(),
+                "base_drafter": row["base_drafter"],
+                "tree_budget": int(row["tree_budget"]),
+            },
+        )
         group["runs"].append((int(row["accepted"]), int(row["steps"])))
         group["counter"].merge(
             AcceptanceCounter(
@@ -174,6 +183,8 @@ def acceptance_groups(
         result.append(
             {
                 "drafter": drafter,
+                "base_drafter": group["base_drafter"],
+                "tree_budget": group["tree_budget"],
                 "draft_len": draft_len,
                 "category": category,
                 "runs": len(group["runs"]),

@@ -9,5 +9,10 @@ SWEEP_HINT = (
 )
 # plain decoding and one drafter at batch size 1 and more: the measured curve on Co-design
 CODESIGN_HINT = "python -m backend bench sweep --drafters ngram --draft-lens 0,2,4,8 --batch-sizes 1,4 --per-category 1"
+# the lookup drafters' chains and token trees at one D: AL vs tree budget on Acceptance
+TREE_SWEEP_HINT = (
+    "python -m backend bench sweep --drafters ngram,suffix --draft-lens 4 --tree-budgets 0,8,16 --batch-sizes 1 "
+    "--per-category 1"
+)
 
-HINTS = (SWEEP_HINT, CODESIGN_HINT)
+HINTS = (SWEEP_HINT, CODESIGN_HINT, TREE_SWEEP_HINT)

@@ -79,7 +79,7 @@ class RunPlan:
     max_new_tokens: int
     tree_budget: int = 0  # nodes of a tree draft per step; 0 = chains
     tree_topk: int | None = None  # children per tree node, for a tree budget
-    variant: str | None = None  # what the run varied besides drafter and D: 'T=0.7, tree=16' (sweep.variant_label)
+    variant: str | None = None  # what the run varied besides drafter and D: 'T=0.7, tree=16' (labels.variant_label)
     drafter_options: dict = field(default_factory=dict)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0

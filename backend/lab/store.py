@@ -208,7 +208,8 @@ class RunStore:
         A sweep configuration with a variant (a temperature or drafter options it varied) is its own group,
         its drafter named 'ngram [ngram_max=2]', and so is a tree budget ('ngram [tree=16]', the variant
         of every run with one), whose draft positions are the tree's depths (a step that kept its path
-        to depth k accepted positions 1..k) while `drafted` counts every node verified."""
+        to depth k accepted positions 1..k) while `drafted` counts every node verified. Each row of `runs`
+        also names its drafter without the variant (`base_drafter`) and its `tree_budget` (0: chains)."""
         conditions, values = _equal_to(
             ("r.target", target), ("r.drafter", drafter), ("r.category", category), ("r.split", split)
         )
@@ -222,12 +223,12 @@ class RunStore:
         drafting = f"""
             SELECT r.drafter || coalesce(' [' || r.variant || ']', '') AS drafter, r.draft_len,
                    coalesce(r.category, '(none)') AS category,
-                   r.run_id,
+                   r.run_id, r.drafter AS base_drafter, coalesce(r.tree_budget, 0) AS tree_budget,
                    st.accepted, len(st.drafted) AS drafted, coalesce(st.tree_depth, len(st.drafted)) AS depth
             FROM steps st JOIN runs r USING (run_id) WHERE {" AND ".join(conditions)}"""
         queries = {
-            "runs": f"""SELECT drafter, draft_len, category, run_id, sum(accepted) AS accepted, count(*) AS steps,
-                               sum(drafted) AS drafted
+            "runs": f"""SELECT drafter, draft_len, category, run_id, base_drafter, tree_budget,
+                               sum(accepted) AS accepted, count(*) AS steps, sum(drafted) AS drafted
                         FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",
             "histogram": f"""SELECT drafter, draft_len, category, accepted, count(*) AS steps
                              FROM ({drafting}) GROUP BY ALL ORDER BY ALL""",

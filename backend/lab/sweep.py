@@ -20,7 +20,6 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from backend.core.batch import BatchEngine, RowResult
 from backend.core.engine import GenerationSettings, SpeculativeEngine
@@ -30,6 +29,7 @@ from backend.core.models import LoadedModel
 from backend.core.verify import SamplingParams
 from backend.drafters import REGISTRY, TREE_DRAFTERS, DrafterOptions, all_options, build_drafter
 from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
+from backend.lab.labels import variant_label
 from backend.lab.prompts import Question, encode_conversation
 from backend.lab.recorder import RunPlan, RunRecorder, software
 from backend.lab.store import RunStore
@@ -216,15 +216,6 @@ def option_grid(drafter: str, option_values: Mapping[str, list]) -> list[dict]:
         return [{}]
     names = [name for name in option_values if name in _option_names(drafter)]
     return [dict(zip(names, values, strict=True)) for values in itertools.product(*(option_values[n] for n in names))]
-
-
-def variant_label(temperature: float, combo: Mapping, tree_budget: int = 0) -> str | None:
-    """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2, tree=16' (a weights
-    folder by its name); None for greedy chains with the drafter's default options."""
-    parts = [f"T={temperature:g}"] if temperature else []
-    parts += [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
-    parts += [f"tree={tree_budget}"] if tree_budget else []
-    return ", ".join(parts) or None
 
 
 def summarise(rows: list[SweepRow], wall_s: float | None, config: dict, category: str, split: str) -> dict:

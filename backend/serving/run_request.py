@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from backend.core.engine import GenerationSettings
 from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions
+from backend.lab.labels import variant_label
 from backend.lab.recorder import RunPlan
-from backend.lab.sweep import variant_label
 
 PLAIN_DRAFTER = "none"
 

@@ -17,7 +17,12 @@ def tab_labels(at: AppTest) -> list[str]:
 def test_acceptance_page_shows_al_vs_d_histograms_and_both_position_curves(swept_env):
     at = page("pages/acceptance.py").run()
     assert not at.exception
-    assert [s.value for s in at.subheader] == ["AL vs D", "Acceptance histograms", "Per-position acceptance"]
+    assert [s.value for s in at.subheader] == [
+        "AL vs D",
+        "AL vs tree budget",
+        "Acceptance histograms",
+        "Per-position acceptance",
+    ]
     assert len(at.get("plotly_chart")) == 4 and tab_labels(at).count("Table") == 4
     assert {b.label for b in at.get("download_button")} >= {
         "Download al_vs_d (CSV)",

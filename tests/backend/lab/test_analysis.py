@@ -99,6 +99,7 @@ def test_acceptance_groups_by_hand():
         {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 2, "steps": 2, "drafted": 4},
         {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": 1, "steps": 1, "drafted": 2},
     ]
+    runs = [{**row, "base_drafter": "ngram", "tree_budget": 0} for row in runs]
     histogram = [
         {"drafter": "ngram", "draft_len": "2", "category": "chat", "accepted": j, "steps": 1} for j in range(3)
     ]
@@ -108,6 +109,7 @@ def test_acceptance_groups_by_hand():
     ]
     [group] = acceptance_groups(runs, histogram, positions)
     assert group["runs"] == 2 and group["drafting_steps"] == 3 and group["histogram"] == [1, 1, 1]
+    assert (group["base_drafter"], group["tree_budget"]) == ("ngram", 0)
     assert group["al"] == pytest.approx(2.0)  # 1 + 3 accepted / 3 steps
     assert group["acceptance_rate"] == pytest.approx(3 / 6)
     assert group["survival"] == pytest.approx([2 / 3, 1 / 3])
