@@ -39,7 +39,7 @@ from backend.core.kv import ForwardResult
 from backend.core.static_kv import StaticKV
 from backend.core.tree import Visibility
 
-MAX_COMPILED_WIDTH = 32
+MAX_COMPILED_WIDTH = 65  # the widest pass a step verifies: a tree of 64 drafts (the dashboard's largest) and its root
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a few graphs per model held
 # CPU settings per graph. One token: inductor's C++ GEMM template, tuned for M = 1 (~25 GB/s of weights).
