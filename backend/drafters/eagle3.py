@@ -165,5 +165,6 @@ SPEC = trained_spec(
     "EAGLE-3: a one-layer head on the target's low, middle and high hidden states drafts autoregressively",
     load,
     lambda target: drafter(target, new_head(target)),
+    trees=True,
     export=lambda draft_len, schedule, options: engine_settings(draft_len),
 )

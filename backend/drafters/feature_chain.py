@@ -9,9 +9,10 @@ token per step, feeding its own output back:
 Attention (the same at training and at drafting): step 0 of a chain started at t sees step 0 at every
 position <= t (the committed context, true features); step j also sees its own steps 1..j (its drafts).
 Drafting: the draft's KV cache holds step 0 of every committed position; each proposal appends the newly
-committed positions with their true features, drafts D tokens on top, and cuts the drafts away at the
-next proposal. Training: the training-time test (EAGLE-3's name; SafeAILab/EAGLE `model/cnets.py`), all
-chains of a sequence at once, teacher-forced on the true tokens, with that same attention pattern.
+committed positions with their true features, drafts D tokens on top (or EAGLE-2's tree, feature_tree.py),
+and cuts the drafts away before it returns. Training: the training-time test (EAGLE-3's name;
+SafeAILab/EAGLE `model/cnets.py`), all chains of a sequence at once, teacher-forced on the true tokens,
+with that same attention pattern.
 
 Knows nothing about any one head's layers, acceptance, the engine's caches or the training loop.
 """
@@ -22,6 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.drafters.feature_tree import grow, tree_draft
 from backend.drafters.head_io import TrainedDrafter
 from backend.drafters.trained import (
     NO_FEATURES,
@@ -49,14 +51,18 @@ class DraftCache:
         if self.keys is not None:
             self.keys, self.values = self.keys[:, :, :keep], self.values[:, :, :keep]
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Append k, v [1, kv, n, d] and attend causally: new query i sees every cached slot and new slots <= i."""
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Append k, v [1, kv, n, d] and attend: new query i sees the slots `visible` [n, slots] marks (a draft
+        tree's mask, feature_tree.py), by default causally every cached slot and new slots <= i."""
         past = len(self)
         self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
         self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
-        slots = torch.arange(self.keys.shape[2], device=q.device)
-        mask = slots[None, :] <= past + torch.arange(q.shape[2], device=q.device)[:, None]  # [n, slots]
-        return F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=mask, enable_gqa=True)
+        if visible is None:
+            slots = torch.arange(self.keys.shape[2], device=q.device)
+            visible = slots[None, :] <= past + torch.arange(q.shape[2], device=q.device)[:, None]  # [n, slots]
+        return F.scaled_dot_product_attention(q, self.keys, self.values, attn_mask=visible, enable_gqa=True)
 
 
 class TTTMemory:
@@ -168,20 +174,38 @@ class FeatureSession:
 
     @torch.inference_mode()
     def propose(self, request: DraftRequest) -> Draft:
+        """A chain, or with `request.max_nodes` > 0 EAGLE-2's tree (feature_tree.py); either way the drafts'
+        cache entries are cut away before returning."""
         if request.max_tokens <= 0:
             return Draft([])
-        tokens, head, states = request.tokens, self.head, self.states
-        known = len(tokens) - 1  # positions 0..known-1 are committed, each with its features
-        if not states.ready(known) or known == 0:
+        if not self.catch_up(request.tokens):
             return Draft([], stop_reason=NO_FEATURES)
-        self.cache.trim(self.stable)  # forget the previous proposal's drafts
-        device = head.d2t.device
-        new = states.take()
-        if new is not None:  # the newly committed positions t, with their true features f_t and tokens x_{t+1}
-            ids = torch.tensor([tokens[self.stable + 1 :]], device=device)  # [1, n]
-            positions = torch.arange(self.stable, known, device=device)[None]  # [1, n]
+        try:
+            if request.max_nodes > 0:
+                return tree_draft(grow(self.head, self.cache, self.last, request, self.eos_ids), request)
+            return self._chain(request)
+        finally:
+            self.cache.trim(self.stable)
+
+    def catch_up(self, tokens: list[int]) -> bool:
+        """Step the newly committed positions t of `tokens` (true features f_t, tokens x_{t+1}) into the cache,
+        so it holds exactly the committed positions and `last` is the state at the newest; False when the
+        features are missing (or none exist yet)."""
+        known = len(tokens) - 1  # positions 0..known-1 are committed, each with its features
+        if not self.states.ready(known) or known == 0:
+            return False
+        new = self.states.take()
+        if new is not None:
+            head = self.head
+            ids = torch.tensor([tokens[self.stable + 1 :]], device=head.d2t.device)  # [1, n]
+            positions = torch.arange(self.stable, known, device=head.d2t.device)[None]  # [1, n]
             h = head.step(head.embed(ids), head.begin(head.features(new)[None]), positions, self.cache)
             self.last, self.stable = h[:, -1:], known
+        return True
+
+    def _chain(self, request: DraftRequest) -> Draft:
+        """One head step per drafted token, each fed the token picked before it."""
+        head, device = self.head, self.head.d2t.device
         h = self.last  # [1, 1, H]
         drafted: list[int] = []
         rows: list[torch.Tensor] = []
@@ -194,7 +218,7 @@ class FeatureSession:
                 rows.append(q[0])
             if drafted[-1] in self.eos_ids or len(drafted) == request.max_tokens:
                 break
-            position = torch.tensor([[known - 1 + len(drafted)]], device=device)  # [1, 1]
+            position = torch.tensor([[self.stable - 1 + len(drafted)]], device=device)  # [1, 1]
             h = head.step(head.embed(torch.tensor([chosen], device=device)), h, position, self.cache)
         probs = torch.stack(rows) if rows else None  # [n, V]
         return cut_after_eos(drafted, probs, confidence, self.eos_ids, request.max_tokens)

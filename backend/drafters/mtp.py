@@ -147,4 +147,5 @@ SPEC = trained_spec(
     "multi-token prediction: a head on the target's last hidden state, chained over its own features",
     load,
     lambda target: drafter(target, new_head(target)),
+    trees=True,
 )
