@@ -144,28 +144,32 @@ def al_vs_d_figure(groups: list[dict]) -> go.Figure:
     figure = go.Figure()
     for drafter in sorted({g["drafter"] for g in groups}):
         line = sorted((g for g in groups if g["drafter"] == drafter), key=lambda g: int(g["draft_len"]))
-        figure.add_trace(
-            go.Scatter(
-                name=drafter,
-                x=[int(g["draft_len"]) for g in line],
-                y=[g["al"] for g in line],
-                mode="lines+markers",
-                marker_color=drafter_colour(drafter),
-                customdata=[[g["al_ci_low"], g["al_ci_high"]] for g in line],
-                hovertemplate=f"{drafter} D=%{{x}}<br>AL %{{y:.2f}} (95% CI %{{customdata[0]:.2f}}–"
-                "%{customdata[1]:.2f})<extra></extra>",
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=[g["al_ci_high"] - g["al"] for g in line],
-                    arrayminus=[g["al"] - g["al_ci_low"] for g in line],
-                ),
-            )
-        )
+        x = [int(g["draft_len"]) for g in line]
+        figure.add_trace(al_trace(drafter, x, line, f"{drafter} D=%{{x}}", marker_color=drafter_colour(drafter)))
     style(figure, "AL vs D (95% bootstrap CI)", 320, "draft length D", "AL = 1 + accepted / drafting steps")
     lengths = [int(g["draft_len"]) for g in groups]
     figure.update_xaxes(**integer_ticks(max(lengths, default=1) - min(lengths, default=0)))
     return figure
+
+
+def al_trace(name: str, x: list, points: list[dict], where: str, **look) -> go.Scatter:
+    """One line of AL (the groups in `points`, at `x`) with its 95% bootstrap CI as error bars; `where`
+    names a point in the hover ('ngram D=%{x}'), `look` styles the line."""
+    return go.Scatter(
+        name=name,
+        x=x,
+        y=[g["al"] for g in points],
+        mode="lines+markers",
+        customdata=[[g["al_ci_low"], g["al_ci_high"]] for g in points],
+        hovertemplate=where + "<br>AL %{y:.2f} (95% CI %{customdata[0]:.2f}–%{customdata[1]:.2f})<extra></extra>",
+        error_y=dict(
+            type="data",
+            symmetric=False,
+            array=[g["al_ci_high"] - g["al"] for g in points],
+            arrayminus=[g["al"] - g["al_ci_low"] for g in points],
+        ),
+        **look,
+    )
 
 
 def position_figure(groups: list[dict], curve: str, title: str) -> go.Figure:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from backend.lab.labels import drafter_label, variant_label
-from ui.charts import REPEAT_DASHES, drafter_colour, repeats, style
+from ui.charts import REPEAT_DASHES, al_trace, drafter_colour, repeats, style
 
 
 def groups_by_budget(groups: list[dict]) -> list[dict]:
@@ -33,24 +33,9 @@ def al_figure(groups: list[dict]) -> go.Figure:
             key=lambda g: g["tree_budget"],
         )
         name = f"{drafter} D={draft_len}"
-        figure.add_trace(
-            go.Scatter(
-                name=name,
-                x=[g["tree_budget"] for g in line],
-                y=[g["al"] for g in line],
-                mode="lines+markers",
-                line=dict(color=drafter_colour(drafter), dash=REPEAT_DASHES[repeat % len(REPEAT_DASHES)]),
-                customdata=[[g["al_ci_low"], g["al_ci_high"]] for g in line],
-                hovertemplate=f"{name} tree budget %{{x}}<br>AL %{{y:.2f}} (95% CI %{{customdata[0]:.2f}}–"
-                "%{customdata[1]:.2f})<extra></extra>",
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=[g["al_ci_high"] - g["al"] for g in line],
-                    arrayminus=[g["al"] - g["al_ci_low"] for g in line],
-                ),
-            )
-        )
+        look = dict(color=drafter_colour(drafter), dash=REPEAT_DASHES[repeat % len(REPEAT_DASHES)])
+        x = [g["tree_budget"] for g in line]
+        figure.add_trace(al_trace(name, x, line, f"{name} tree budget %{{x}}", line=look))
     style(
         figure,
         "AL vs tree budget (95% bootstrap CI)",

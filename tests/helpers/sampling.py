@@ -56,6 +56,17 @@ def sampled_joint(
     return counts
 
 
+def tree_sampling_fits(target, drafter, sampling: SamplingParams, tree_budget: int, samples: int = SAMPLES) -> float:
+    """The chi-square p-value of sampling through `drafter`'s token trees, after checking that its
+    drafts really branch on PROMPT (else the test would only see chains)."""
+    engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64)
+    settings = GenerationSettings(12, 2, sampling, seed=0, tree_budget=tree_budget)
+    steps = engine.generate(PROMPT, drafter, settings).run().steps
+    assert any(step.parents is not None for step in steps), "no step drafted a branching tree"
+    counts = sampled_joint(target, drafter, sampling, 2, samples=samples, tree_budget=tree_budget)
+    return goodness_of_fit(counts, exact_joint(target, sampling))
+
+
 def goodness_of_fit(counts: torch.Tensor, probs: torch.Tensor) -> float:
     """Chi-square p-value; cells expecting fewer than 5 samples are pooled into one. A sample in a
     cell of probability zero (outside top-k / top-p) fails outright."""

@@ -34,14 +34,16 @@ def made_up_steps(budget: int, rng: random.Random, count: int = 5) -> list[dict]
 
 
 def seed_tree_runs(
-    db: Path, target: str, drafters: tuple[str, ...] = ("ngram", "suffix")
+    db: Path, target: str, drafters: tuple[str, ...] = ("ngram", "suffix"), budgets: tuple[int, ...] = BUDGETS
 ) -> dict[tuple, AcceptanceCounter]:
-    """Store RUNS_PER_CONFIG complete runs of each drafter at D=DRAFT_LEN and each of BUDGETS, plus one tree
-    run at T=0.7 (a variant besides the budget); returns each (drafter, budget)'s counter fed the same steps."""
+    """Store RUNS_PER_CONFIG complete runs of each drafter at D=DRAFT_LEN and each of `budgets`, plus (with a
+    tree budget) one tree run at T=0.7, a variant besides the budget; returns each (drafter, budget)'s
+    counter fed the same steps."""
     rng = random.Random(11)
     store = RunStore(db)
     counters: dict[tuple, AcceptanceCounter] = {}
-    configs = [(drafter, budget, 0.0) for drafter in drafters for budget in BUDGETS] + [(drafters[0], BUDGETS[-1], 0.7)]
+    configs = [(drafter, budget, 0.0) for drafter in drafters for budget in budgets]
+    configs += [(drafters[0], budgets[-1], 0.7)] if budgets[-1] else []
     for config_index, (drafter, budget, temperature) in enumerate(configs):
         for run in range(RUNS_PER_CONFIG):
             run_id = f"{drafter}-{budget}-{temperature}-{run}"

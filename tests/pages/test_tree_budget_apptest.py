@@ -24,22 +24,36 @@ def figure_titled(at: AppTest, title: str) -> dict:
     return next(f for f in figures if f["layout"]["title"]["text"].startswith(title))
 
 
-@pytest.fixture(scope="module")
-def tree_worker(tiny, tmp_path_factory):
-    """A worker whose store holds chain and tree runs (tests/helpers/tree_store.py) of its default target."""
+def seeded_worker(tiny, tmp_path_factory, budgets: tuple[int, ...]):
+    """A worker whose store holds runs at these tree budgets (tests/helpers/tree_store.py) of its default
+    target, a store of its own (the shared page worker's gains tree runs from other tests)."""
     folder = str(save_tiny(tiny, tmp_path_factory.mktemp("models") / "tiny"))
     db = tmp_path_factory.mktemp("db") / "trees.duckdb"
-    counters = seed_tree_runs(db, folder)
+    counters = seed_tree_runs(db, folder, budgets=budgets)
     worker = WorkerProcess(db, folder)
     worker.wait_ready()
     yield worker, folder, counters
     worker.stop()
 
 
-def test_acceptance_draws_al_against_the_tree_budget_as_the_counter_counts_it(tree_worker, monkeypatch):
-    worker, target, counters = tree_worker
+@pytest.fixture(scope="module")
+def tree_worker(tiny, tmp_path_factory):
+    yield from seeded_worker(tiny, tmp_path_factory, BUDGETS)
+
+
+@pytest.fixture(scope="module")
+def chain_worker(tiny, tmp_path_factory):
+    yield from seeded_worker(tiny, tmp_path_factory, (0,))
+
+
+def use(worker, monkeypatch) -> None:
     monkeypatch.setenv("SPECSCOPE_WORKER_URL", worker.url)
     monkeypatch.setenv("SPECSCOPE_NO_AUTOSTART", "1")
+
+
+def test_acceptance_draws_al_against_the_tree_budget_as_the_counter_counts_it(tree_worker, monkeypatch):
+    worker, target, counters = tree_worker
+    use(worker, monkeypatch)
     pooled = httpx.get(worker.url + "/aggregates/acceptance", params={"target": target}).json()["pooled"]
     assert {(g["drafter"], g["base_drafter"], g["tree_budget"]) for g in pooled} >= {
         ("ngram", "ngram", 0),
@@ -68,7 +82,8 @@ def test_acceptance_draws_al_against_the_tree_budget_as_the_counter_counts_it(tr
     assert (table["al_ci_low"] <= table["al"]).all() and (table["al"] <= table["al_ci_high"]).all()
 
 
-def test_acceptance_without_tree_runs_says_how_to_measure_them(swept_env):
+def test_acceptance_without_tree_runs_says_how_to_measure_them(chain_worker, monkeypatch):
+    use(chain_worker[0], monkeypatch)
     at = page("pages/acceptance.py").run()
     assert not at.exception
     assert "AL vs tree budget" in [s.value for s in at.subheader]
@@ -80,7 +95,8 @@ def test_the_tree_sweep_hint_parses_as_a_sweep_of_tree_budgets():
     assert list(args.tree_budgets) == [0, 8, 16] and args.drafters == ["ngram", "suffix"]
 
 
-def test_compare_names_a_lane_by_its_tree_budget(worker_env):
+def test_compare_names_a_lane_by_its_tree_budget(tree_worker, monkeypatch):
+    use(tree_worker[0], monkeypatch)
     at = page("pages/compare.py").run()
     at.text_area(key="cmp_prompt").set_value(PROMPT)
     for index in (0, 1):

@@ -152,10 +152,11 @@ def test_tree_rows_of_different_shapes_equal_their_single_sequence_output(tiny, 
     assert any(len({shape for shape in shapes_in_pass if shape}) > 1 for shapes_in_pass in shapes)
 
 
-def test_tree_rows_sample_as_their_single_sequences(tiny):
+@pytest.mark.parametrize("compile", ["off", "on"])
+def test_tree_rows_sample_as_their_single_sequences(tiny, compile):
     """At temperature 1 each row draws from its own seed (settings.seed + row): the same tokens as that
-    row decoded alone with the same tree settings."""
-    engine = SpeculativeEngine(tiny.model, set(), 512)
+    row decoded alone with the same tree settings, on either kind of pass."""
+    engine = SpeculativeEngine(tiny.model, set(), 512, compile)
     prompts = [BRANCHING * 2, PROMPTS[2]]
     settings = GenerationSettings(30, draft_len=4, tree_budget=8, sampling=SamplingParams(temperature=1.0))
     batched = BatchEngine(engine).generate(prompts, build_drafter("ngram", tiny), settings)

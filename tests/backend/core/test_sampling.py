@@ -3,7 +3,8 @@
 For a tiny random model with 12 tokens, the exact joint distribution of the first two generated
 tokens is computed from the target's logits (after the same temperature / top-k / top-p), and the
 engine's samples with each drafter are compared to it with a chi-square goodness-of-fit test at
-significance 0.001. A deliberately broken acceptance rule must fail the same test (power check).
+significance 0.001, with chains and with each model drafter's token trees. A deliberately broken
+acceptance rule must fail the same test (power check).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.helpers.sampling import (
     exact_joint,
     goodness_of_fit,
     sampled_joint,
+    tree_sampling_fits,
 )
 
 
@@ -38,6 +40,16 @@ def test_every_registered_drafter_samples_from_the_target(pair, name):
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, registered_drafter(name, target, draft), sampling, 3, samples=REGISTRY_SAMPLES)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("name", [name for name in EVERY_DRAFTER if name not in ("ngram", "suffix")])
+def test_every_model_drafters_token_trees_sample_from_the_target(pair, name):
+    """Tree nodes are deterministic picks verified by multi-candidate rejection sampling, whatever drafted
+    them (the lookup drafters' trees are sampled in test_tree_sampling.py, on text where they branch)."""
+    target, draft = pair
+    drafter = registered_drafter(name, target, draft)
+    sampling = SamplingParams(temperature=1.0)
+    assert tree_sampling_fits(target, drafter, sampling, tree_budget=6, samples=REGISTRY_SAMPLES) > SIGNIFICANCE
 
 
 def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):

@@ -1,12 +1,11 @@
 """Token trees on the fast path (static KV cache, compiled graphs) of a tiny Llama: every node of a tree
 pass equals a fresh forward of its root path, a kept path leaves the static cache equal to a fresh
 prefill, rows of a batch may be trees of different shapes, and the compiled engine decodes n-gram
-trees (single and batched, greedy and sampled) exactly as plain decoding and as the eager forward."""
+trees (single and batched) exactly as plain decoding and as the eager forward."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
 import torch
@@ -17,7 +16,6 @@ from backend.core.fast_forward import FastForward
 from backend.core.kv import cached_forward, new_cache
 from backend.core.tree import TreeLayout, Visibility
 from backend.core.tree_shape import path_to
-from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from tests.helpers.scripted import PROMPT as REPEATS
 from tests.helpers.trees import BRANCHING, later_sibling_accepted
@@ -110,14 +108,3 @@ def test_compiled_batches_of_tree_rows_equal_their_single_sequence_output(tiny, 
     result = BatchEngine(engine).generate(prompts, build_drafter(name, tiny), settings)
     assert [row.output_ids for row in result.rows] == expected
     assert any(step.parents and step.accepted for row in result.rows for step in row.steps)
-
-
-def test_compiled_tree_rows_sample_as_their_single_sequences(tiny):
-    engine = compiled_engine(tiny)
-    prompts = [BRANCHING * 2, REPEATS]
-    settings = GenerationSettings(30, draft_len=4, tree_budget=8, sampling=SamplingParams(temperature=1.0))
-    batched = BatchEngine(engine).generate(prompts, build_drafter("ngram", tiny), settings)
-    for row, prompt in enumerate(prompts):
-        alone = engine.generate(prompt, build_drafter("ngram", tiny), replace(settings, seed=row)).run()
-        assert batched.rows[row].output_ids == alone.output_ids
-    assert any(step.parents for row in batched.rows for step in row.steps)

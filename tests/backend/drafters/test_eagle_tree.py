@@ -1,7 +1,8 @@
 """EAGLE-2's dynamic draft tree for the chain heads (EAGLE-3, MTP) on tiny random Llamas: the tree mask gives
 each node the state of its own root path unrolled as a chain, the tree keeps to its budget, depth and
 branching, its first branch is the greedy chain, an end of sequence is a leaf, nothing of the tree stays
-in the draft cache, and decoding through trees is lossless in batches and under sampling."""
+in the draft cache, and decoding through trees is lossless in batches (sampled trees:
+tests/backend/core/test_sampling.py)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,10 @@ from backend.core.batch import BatchEngine
 from backend.core.drafter import Draft, DraftRequest
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.tree_shape import children, depths, path_to, validate
-from backend.core.verify import SamplingParams
 from backend.drafters import eagle3, mtp
 from backend.drafters.feature_chain import FeatureSession
 from backend.drafters.feature_tree import GrownTree, grow
-from tests.helpers.sampling import (
-    REGISTRY_SAMPLES,
-    SIGNIFICANCE,
-    exact_joint,
-    goodness_of_fit,
-    sampled_joint,
-    sampling_model,
-)
-from tests.helpers.trained import GREEDY, PROMPT, REDUCED_12, reduced_d2t
+from tests.helpers.trained import GREEDY, PROMPT, reduced_d2t
 
 KINDS = {"eagle3": eagle3, "mtp": mtp}
 
@@ -144,10 +136,3 @@ def test_batched_rows_drafting_trees_are_lossless(tiny, name):
     singles = [engine.generate(p, None, GenerationSettings(30, draft_len=0)).run().output_ids for p in prompts]
     assert [row.output_ids for row in result.rows] == singles
     assert all(any(step.parents is not None and len(step.drafted) > 3 for step in row.steps) for row in result.rows)
-
-
-def test_sampling_through_trees_matches_the_target():
-    model, sampling = sampling_model(), SamplingParams(temperature=1.0)
-    drafter = eagle3.drafter(model, eagle3.new_head(model, d2t=REDUCED_12))
-    counts = sampled_joint(model, drafter, sampling, draft_len=3, samples=REGISTRY_SAMPLES, tree_budget=6)
-    assert goodness_of_fit(counts, exact_joint(model, sampling)) > SIGNIFICANCE

@@ -8,18 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import dspark
 from backend.drafters.draft_model import DraftModelDrafter
-from tests.helpers.sampling import (
-    PROMPT,
-    SETTINGS,
-    SIGNIFICANCE,
-    exact_joint,
-    goodness_of_fit,
-    sampled_joint,
-    sampling_model,
-)
+from tests.helpers.sampling import SETTINGS, SIGNIFICANCE, sampling_model, tree_sampling_fits
 
 SAMPLES = 800
 
@@ -34,11 +25,7 @@ def one_thread():
 
 
 def check(target, drafter, sampling) -> None:
-    engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64)
-    settings = GenerationSettings(12, 2, sampling, seed=0, tree_budget=6)
-    assert any(step.parents is not None for step in engine.generate(PROMPT, drafter, settings).run().steps)
-    counts = sampled_joint(target, drafter, sampling, 2, samples=SAMPLES, tree_budget=6)
-    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
+    assert tree_sampling_fits(target, drafter, sampling, tree_budget=6, samples=SAMPLES) > SIGNIFICANCE
 
 
 @pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
