@@ -56,7 +56,7 @@ class DrafterChoice(CheckedBody):
     def trees_only_for_tree_drafters(self) -> DrafterChoice:
         if self.tree_budget > 0 and self.drafter not in TREE_DRAFTERS:
             raise ValueError(
-                f"drafter '{self.drafter}' proposes chains only: set tree_budget 0 (trees: {', '.join(TREE_DRAFTERS)})"
+                f"drafter '{self.drafter}' drafts no token trees: set tree_budget 0 (trees: {', '.join(TREE_DRAFTERS)})"
             )
         return self
 

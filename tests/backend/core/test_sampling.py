@@ -45,7 +45,8 @@ def test_every_registered_drafter_samples_from_the_target(pair, name):
 @pytest.mark.parametrize("name", [name for name in EVERY_DRAFTER if name not in ("ngram", "suffix")])
 def test_every_model_drafters_token_trees_sample_from_the_target(pair, name):
     """Tree nodes are deterministic picks verified by multi-candidate rejection sampling, whatever drafted
-    them (the lookup drafters' trees are sampled in test_tree_sampling.py, on text where they branch)."""
+    them. The lookup drafters' trees do not branch on this prompt; the rule on a deterministic tree that
+    does, through the engine, is test_tree_sampling.py's."""
     target, draft = pair
     drafter = registered_drafter(name, target, draft)
     sampling = SamplingParams(temperature=1.0)

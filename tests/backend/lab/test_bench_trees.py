@@ -20,7 +20,8 @@ QUESTIONS = [
 ]
 
 
-def test_labels_name_the_tree_budget_and_keep_chains_as_they_were():
+def test_labels_name_the_tree_budget_and_keep_chains_as_they_were(monkeypatch):
+    monkeypatch.setattr("backend.lab.bench.TREE_DRAFTERS", ("ngram", "suffix"))  # draft-model made chain-only
     configs = configs_of(["ngram", "suffix"], [4, "auto"], [0, 8])
     assert [config.label for config in configs] == [
         "ngram@4",

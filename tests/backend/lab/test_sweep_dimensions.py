@@ -95,10 +95,11 @@ def test_grid_and_labels():
     assert variant_label(0.7, {"drafter_path": "/x/y/eagle3-run2"}) == "T=0.7, drafter_path=eagle3-run2"
 
 
-def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_path):
-    """ngram at each budget, layerskip (no trees) at chains only; every greedy point lossless at batch
-    size 2 (ragged trees in one pass); the whole sweep on the compiled passes of a target that compiles; runs and
-    points say their budget."""
+def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_path, monkeypatch):
+    """ngram at each budget, a drafter without trees (layerskip, made one here) at chains only; every greedy
+    point lossless at batch size 2 (ragged trees in one pass); the whole sweep on the compiled passes of a
+    target that compiles; runs and points say their budget."""
+    monkeypatch.setattr("backend.lab.sweep.TREE_DRAFTERS", ("ngram",))
     store = RunStore(tmp_path / "trees.duckdb")
     compiled = replace(tiny, compile="on")
     drafters = ["ngram", "layerskip"]

@@ -180,7 +180,7 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "tree_budget": -1}, "tree_budget"),
         ({"prompt": "w5", "tree_budget": 65}, "tree_budget"),
         ({"prompt": "w5", "tree_budget": 8, "tree_topk": 0}, "tree_topk"),
-        ({"prompt": "w5", "drafter": "layerskip", "tree_budget": 8}, "drafter 'layerskip' proposes chains only"),
+        ({"prompt": "w5", "drafter": "none", "tree_budget": 8}, "drafter 'none' drafts no token trees"),
     ],
 )
 def test_bad_requests_get_a_json_4xx(worker, body, message):
