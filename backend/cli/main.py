@@ -226,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
     trainer.add_argument(
+        "--teacher",
+        choices=("generate", "prefill", "mix"),
+        default="generate",
+        help="generate: the target answers the instructions; prefill: it reads existing answers once (cheaper); "
+        "mix: both, --data-tokens each",
+    )
+    trainer.add_argument(
         "--distil-only",
         action="store_true",
         help="fill the shared distillation cache and stop (several kinds can then train at once)",

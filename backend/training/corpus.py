@@ -90,6 +90,7 @@ class Instruction:
     instruction_id: str
     source: str  # "doc:<topic>" or "code:<module>.<function>"
     text: str
+    reference: str = ""  # an existing answer the prefill-only teacher reads instead of generating one
 
     @property
     def split(self) -> str:
@@ -123,10 +124,14 @@ def stdlib_functions() -> list[tuple[str, str]]:
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             continue
         source = Path(spec.origin).read_text(encoding="utf-8")
+        lines = source.splitlines()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("__"):
-                text = ast.get_source_segment(source, node)
-                if text and 200 <= len(text) <= MAX_FUNCTION_CHARS and "\t" not in text:
+                # the def line from its column on, then the body as written (ast.get_source_segment is quadratic)
+                first, last = node.lineno - 1, node.end_lineno - 1
+                text = "\n".join([lines[first][node.col_offset :], *lines[first + 1 : last + 1]])
+                text = text[: len(text) - len(lines[last]) + node.end_col_offset] if last > first else text
+                if 200 <= len(text) <= MAX_FUNCTION_CHARS and "\t" not in text:
                     found.append((f"{module}.{node.name}", _dedent(text)))
     return found
 
@@ -138,11 +143,11 @@ def build_instructions(seed: int = 0) -> list[Instruction]:
     items += [(f"code:{name}", task.format(text=text)) for name, text in stdlib_functions() for task in CODE_TASKS]
     rng.shuffle(items)
     instructions = [Instruction(f"i{number:05d}", source, text) for number, (source, text) in enumerate(items)]
-    _check_held_out(instructions)
+    check_held_out(instructions)
     return instructions
 
 
-def _check_held_out(instructions: list[Instruction]) -> None:
+def check_held_out(instructions: list[Instruction]) -> None:
     """The evaluation suites must not leak into training data."""
     for suite in sorted(SUITE_DIR.glob("*.jsonl")) or [DEFAULT_SUITE]:
         for question in load_suite(suite):

@@ -176,6 +176,8 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
         "4",
         "--validation-prompts",
         "1",
+        "--teacher",
+        "mix",
     ]
     env = {**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")}
     distilled = subprocess.run(
@@ -198,6 +200,7 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
         env=env,
     )
     assert distilled.returncode == 0 and "distilled" in distilled.stdout, distilled.stderr
+    assert distilled.stdout.count(str(tmp_path / "cache")) == 2  # generated answers and read references
     assert not (tmp_path / "unused").exists()
     settings = json.dumps(HEAD_SETTINGS["draft-model"])
     done = subprocess.run(
