@@ -254,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="prompts per category of the suite to measure AL by D on for the model card",
     )
+    trainer.add_argument(
+        "--ship",
+        metavar="DIR",
+        help="then measure the weights in DIR the same way and replace them only if the new ones have a higher "
+        "mean suite AL (2 prompts per category unless --eval-per-category); DIR's card records the round",
+    )
     trainer.add_argument("--settings", help="JSON object of the mechanism's settings (layers, vocabulary, ...)")
     trainer.add_argument("--device", default="auto")
     trainer.add_argument("--dtype", default="auto")

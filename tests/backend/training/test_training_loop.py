@@ -107,12 +107,16 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
         (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
         (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
         (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
+        (["--kind", "eagle3", "--ship", "{out}"], "give --out another folder"),
     ],
 )
 def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
     folder = save_tiny(tiny, tmp_path / "tiny")
     done = subprocess.run(
-        [sys.executable, "-m", "backend", "train", "--target", str(folder), "--out", str(tmp_path / "out"), *args],
+        [
+            *(sys.executable, "-m", "backend", "train", "--target", str(folder), "--out", str(tmp_path / "out")),
+            *(arg.replace("{out}", str(tmp_path / "out")) for arg in args),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
