@@ -19,7 +19,7 @@ def test_corpus_is_deterministic_held_out_and_split():
     first, second = build_instructions(), build_instructions()
     assert first == second and len(first) > 500
     sources = {i.source.split(":")[0] for i in first}
-    assert sources == {"doc", "code"}
+    assert sources == {"doc", "code", "chat"}
     validation = [i for i in first if i.split == "validation"]
     assert 0.04 < len(validation) / len(first) < 0.15
 
