@@ -9,6 +9,7 @@ and the benchmarks.
                 --concurrency 1,4,16                                       a serving engine's sweep, stored
     bench reference                                                        rebuild data/reference/
     export eagle3 --out DIR --format vllm|sglang                           a trained head for vLLM / SGLang
+    training-data [--out FILE.jsonl]                                       the drafters' training instructions
 
 Every user error (bad flag value, missing model, empty prompt, ...) ends with one `error:` line on
 stderr and exit status 2, never a traceback. This module only parses and prints.
@@ -36,6 +37,7 @@ from backend.cli.common import load_target, quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
+from backend.cli.training_data import add_training_data_parser
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE
 from backend.lab.reference import PRESET as REFERENCE_PRESET
@@ -203,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train a drafter (eagle3, mtp, dflash, dspark, draft-model) for a target",
         description="Self-distillation: the target answers instructions built from "
-        "Python's own documentation and source; its hidden states are "
+        "Python's own documentation and source and chat requests of every suite category "
+        "(see `training-data`); its hidden states are "
         "cached once and reused by every drafter. Resumes from the output "
         "folder's checkpoint.",
     )
@@ -265,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     trainer.add_argument("--dtype", default="auto")
     trainer.add_argument("--allow-remote-code", action="store_true")
     trainer.set_defaults(handler=_train)
+    add_training_data_parser(commands)
 
     worker = commands.add_parser(
         "worker",

@@ -33,7 +33,6 @@ from safetensors.torch import load_file, save_file
 
 from backend.core.models import LoadedModel
 from backend.drafters.trained import TrainBatch
-from backend.lab.prompts import encode_conversation
 from backend.training.corpus import Instruction
 
 SHARD_SEQUENCES = 32
@@ -85,7 +84,10 @@ def distil(
     layers = tuple(sorted(set(layers)))
     corpus = hashlib.sha256(
         "\n".join(
-            f"{i.instruction_id}\t{i.text}" + (f"\t{i.reference}" if i.reference else "") for i in instructions
+            f"{i.instruction_id}\t{i.text}"
+            + (f"\t{i.history}" if i.history else "")
+            + (f"\t{i.reference}" if i.reference else "")
+            for i in instructions
         ).encode()
     ).hexdigest()
     folder = (cache_root or default_cache_root()) / (
@@ -104,7 +106,7 @@ def distil(
         if tokens >= budget or time.monotonic() >= deadline:
             break
         group = todo[start : start + per_shard]
-        prompts = [encode_conversation(target.tokenizer, [i.text], [])[-MAX_PROMPT_TOKENS:] for i in group]
+        prompts = [i.prompt_ids(target.tokenizer)[-MAX_PROMPT_TOKENS:] for i in group]
         answers = _answers(target, group, prompts, max_new_tokens, batch_size)
         sequences = [prompt + answer for prompt, answer in zip(prompts, answers, strict=True)]
         # position t predicts token t+1: answer tokens are predicted from len(prompt)-1 on

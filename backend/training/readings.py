@@ -66,6 +66,8 @@ def build_readings(seed: int = 0) -> list[Instruction]:
     pieces += [(CODE_QUESTIONS, f"code:{name}", name, f"```python\n{text}\n```") for name, text in stdlib_functions()]
     items = [(source, rng.choice(forms).format(name=name), answer) for forms, source, name, answer in pieces]
     rng.shuffle(items)
-    readings = [Instruction(f"r{n:05d}", source, text, answer) for n, (source, text, answer) in enumerate(items)]
+    readings = [
+        Instruction(f"r{n:05d}", source, text, reference=answer) for n, (source, text, answer) in enumerate(items)
+    ]
     check_held_out(readings)
     return readings

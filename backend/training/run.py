@@ -18,7 +18,7 @@ import torch
 
 from backend.core.errors import SpecScopeError
 from backend.training.card import suite_acceptance, write_card
-from backend.training.corpus import build_instructions
+from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
 from backend.training.kinds import KINDS
 from backend.training.loop import TrainSettings, train
@@ -59,7 +59,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
     head_settings = json.loads(args.settings) if args.settings else {}
     out = Path(args.out)
     instructions = build_instructions()
-    validation = [i for i in instructions if i.split == "validation"]
+    validation = held_out(instructions)
     # the union of what every kind reads, so the cached distillation serves them all
     layers = tuple(
         sorted(
@@ -119,8 +119,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         settings,
         head_settings,
         {
-            "corpus": f"{len(instructions)} instructions from Python's language reference topics and standard-library "
-            f"source (backend/training/corpus.py); {TEACHERS[args.teacher]}",
+            "corpus": f"{len(instructions)} instructions for every category of the evaluation suite and on Python's "
+            f"documentation and standard library (`python -m backend training-data`); {TEACHERS[args.teacher]}",
             "train_sequence_tokens": train_data.tokens(),
             "validation_sequence_tokens": validation_data.tokens(),
             "distil_seconds": round(distil_s, 1),

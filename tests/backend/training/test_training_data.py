@@ -22,7 +22,7 @@ def test_corpus_is_deterministic_held_out_and_split():
     first, second = build_instructions(), build_instructions()
     assert first == second and len(first) > 500
     sources = {i.source.split(":")[0] for i in first}
-    assert sources == {"doc", "code"}
+    assert sources == {"doc", "code", "chat"}
     validation = [i for i in first if i.split == "validation"]
     assert 0.04 < len(validation) / len(first) < 0.15
 
@@ -79,7 +79,9 @@ def test_readings_are_deterministic_held_out_questions_with_existing_answers():
 
 def test_prefill_teacher_reads_the_reference_and_its_targets_are_the_targets_distributions(tiny, tmp_path):
     readings = [
-        Instruction(f"r{i}", "test", " ".join(f"w{5 + (i + j) % 30}" for j in range(5)), f"w{9 + i} w12 w{20 + i} w7")
+        Instruction(
+            f"r{i}", "test", " ".join(f"w{5 + (i + j) % 30}" for j in range(5)), reference=f"w{9 + i} w12 w{20 + i} w7"
+        )
         for i in range(24)
     ]
     layers = (*LAYERS, 4)  # 4: the tiny target's final (normed) state
@@ -104,7 +106,7 @@ def test_prefill_teacher_reads_the_reference_and_its_targets_are_the_targets_dis
 
 def test_generated_and_prefilled_caches_train_together(tiny, tmp_path):
     generated = distil(tiny, tiny_instructions(), LAYERS, "train", max_new_tokens=4, cache_root=tmp_path)
-    readings = [Instruction(f"r{i}", "test", f"w{5 + i} w6", f"w{7 + i} w8 w9") for i in range(24)]
+    readings = [Instruction(f"r{i}", "test", f"w{5 + i} w6", reference=f"w{7 + i} w8 w9") for i in range(24)]
     prefilled = distil(tiny, readings, LAYERS, "train", max_new_tokens=4, cache_root=tmp_path)
     both = generated + prefilled
     assert both.shards() == generated.shards() + prefilled.shards()
