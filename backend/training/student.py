@@ -12,14 +12,16 @@ Sizing: a shipped drafter must fit 20 MB, and SmolLM2's 49152 x 576 embedding al
 - Shared embedding (`share_target_embedding`): the target's own architecture at the target's full width
   (hidden size, heads, head size and MLP width all the target's), `num_layers` deep (default 2). Its layers
   start as copies of the target's `init_layers` (default: the first num_layers - 1 layers and the last,
-  so the first and the last for two: layer-pruning studies find the late-middle layers the most redundant,
-  while the first build the token features and the last reads out into the LM head), its final norm as
-  the target's. The embedding, LM head and tokenizer are the target's own modules, frozen, borrowed at
-  load time and never stored (drafters/shared_student.py), so the folder holds the layers and the norm
-  only: num_layers * (2 H d (n_q + n_kv) + 3 H I + 2 H) + H weights in fp16. For SmolLM2 (H 576, d 64,
-  9 + 3 heads, I 1536) a layer is 3.54 M weights, and two layers with the norm are 7.08 M = 14.2 MB. Each
-  draft step runs the target's whole LM head (28 M weights for SmolLM2), so a step costs more than the
-  narrow student's.
+  so the first and the last for two), its final norm as the target's. The default keeps the layer that
+  reads out into the LM head: in a rough check on SmolLM2 (30 steps of 256 tokens of Python source, KL on
+  512 held-out tokens) pairs with layer 29 learnt fastest, (0, 29) 2.9 and (28, 29) 3.1 nats against
+  4.3 for (0, 1), 4.4 for (0, 15) and 4.7 for (0, 28), though (0, 29) starts furthest off (53 nats).
+  The embedding, LM head and tokenizer are the target's own modules, frozen, borrowed at load time and
+  never stored (drafters/shared_student.py), so the folder holds the layers and the norm only:
+  num_layers * (2 H d (n_q + n_kv) + 3 H I + 2 H) + H weights in fp16. For SmolLM2 (H 576, d 64, 9 + 3
+  heads, I 1536) a layer is 3.54 M weights, and two layers with the norm are 7.08 M = 14.2 MB. Each draft
+  step runs the target's whole LM head (28 M weights for SmolLM2), so a step costs more than the narrow
+  student's.
 
 Knows nothing about the engine or the data; the training loop drives it through the TrainableKind interface
 (loop.py), like every trained kind.
