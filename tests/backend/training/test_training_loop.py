@@ -20,6 +20,7 @@ from backend.training.dataset import distil
 from backend.training.kinds import KINDS
 from backend.training.loop import CHECKPOINT, TrainSettings, train
 from tests.helpers.tiny import save_tiny, tiny_instructions
+from tests.helpers.trained import small_settings
 from tests.helpers.workers import ROOT
 
 HEAD_SETTINGS = {
@@ -37,20 +38,6 @@ def data(tiny, tmp_path_factory):
     validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
     validation = [i for i in instructions if i.split == "validation"] or instructions[:2]
     return train_data, validation_data, validation
-
-
-def small_settings(steps: int) -> TrainSettings:
-    return TrainSettings(
-        tokens=steps * 4 * 32,
-        window=32,
-        rows=4,
-        learning_rate=3e-3,
-        warmup_steps=2,
-        validate_every=steps,
-        checkpoint_every=10,
-        validation_prompts=2,
-        validation_new_tokens=16,
-    )
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
