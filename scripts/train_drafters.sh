@@ -23,6 +23,7 @@ ROWS=${ROWS:-32}           # training windows per step
 WINDOW=${WINDOW:-512}
 DISTIL_MINUTES=${DISTIL_MINUTES:-}
 VALIDATION_PROMPTS=${VALIDATION_PROMPTS:-8}
+TEACHER=${TEACHER:-generate}  # generate | prefill | mix (train --teacher)
 KINDS=${KINDS:-eagle3 mtp dflash dspark draft-model}
 REDUCED_VOCAB='{"draft_vocab_size": 6144}'  # keeps each drafter within 20 MB and all five within 80 MB
 
@@ -30,7 +31,7 @@ REDUCED_VOCAB='{"draft_vocab_size": 6144}'  # keeps each drafter within 20 MB an
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) >= 5 ? $(nproc) / 5 : 1 ))}
 mkdir -p "$OUT_ROOT"
 common=(--target "$TARGET" --device "$DEVICE" --dtype "$DTYPE" --data-tokens "$DATA_TOKENS"
-        --distil-batch "$BATCH" --window "$WINDOW" --rows "$ROWS" --validation-prompts "$VALIDATION_PROMPTS")
+        --distil-batch "$BATCH" --teacher "$TEACHER" --window "$WINDOW" --rows "$ROWS" --validation-prompts "$VALIDATION_PROMPTS")
 echo "== distil $TARGET: up to $DATA_TOKENS sequence tokens $(date -u +%T)"
 $PY -m backend train --kind eagle3 --out "$OUT_ROOT/.distil" --distil-only "${common[@]}" \
     ${DISTIL_MINUTES:+--distil-minutes "$DISTIL_MINUTES"}

@@ -9,6 +9,7 @@ and the benchmarks.
                 --concurrency 1,4,16                                       a serving engine's sweep, stored
     bench reference                                                        rebuild data/reference/
     export eagle3 --out DIR --format vllm|sglang                           a trained head for vLLM / SGLang
+    training-data [--out FILE.jsonl]                                       the drafters' training instructions
 
 Every user error (bad flag value, missing model, empty prompt, ...) ends with one `error:` line on
 stderr and exit status 2, never a traceback. This module only parses and prints.
@@ -32,10 +33,12 @@ from backend.cli.arg_types import (
     tree_budgets,
     tree_topk,
 )
-from backend.cli.common import load_target, quiet_libraries
+from backend.cli.common import quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
+from backend.cli.train import add_train_parser
+from backend.cli.training_data import add_training_data_parser
 from backend.core.errors import SpecScopeError
 from backend.lab.prompts import DEFAULT_SUITE
 from backend.lab.reference import PRESET as REFERENCE_PRESET
@@ -199,59 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     codesign.add_argument("--json", action="store_true")
     codesign.set_defaults(handler=lambda args: _bench("codesign", args))
 
-    trainer = commands.add_parser(
-        "train",
-        help="train a drafter (eagle3, mtp, dflash, dspark, draft-model) for a target",
-        description="Self-distillation: the target answers instructions built from "
-        "Python's own documentation and source; its hidden states are "
-        "cached once and reused by every drafter. Resumes from the output "
-        "folder's checkpoint.",
-    )
-    trainer.add_argument("--kind", required=True)
-    trainer.add_argument("--target", default="default")
-    trainer.add_argument("--out", required=True, help="output folder (weights, checkpoint, model card)")
-    trainer.add_argument("--tokens", type=int, default=200_000, help="training window tokens to see")
-    trainer.add_argument(
-        "--minutes",
-        type=float,
-        help="stop training after this long (or at --tokens, if sooner; "
-        "validation time is not counted); the learning-rate "
-        "schedule follows the time",
-    )
-    trainer.add_argument("--data-tokens", type=int, default=60_000, help="sequence tokens to distil and cache")
-    trainer.add_argument(
-        "--distil-minutes",
-        type=float,
-        help="stop distilling each split after this long (the cache resumes; 0: train on what is cached)",
-    )
-    trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
-    trainer.add_argument(
-        "--distil-only",
-        action="store_true",
-        help="fill the shared distillation cache and stop (several kinds can then train at once)",
-    )
-    trainer.add_argument(
-        "--validation-prompts",
-        type=int,
-        default=8,
-        help="held-out instructions the drafter is run on at each validation",
-    )
-    trainer.add_argument("--answer-tokens", type=int, default=160, help="max new tokens per target answer")
-    trainer.add_argument("--window", type=int, default=256)
-    trainer.add_argument("--rows", type=int, default=8)
-    trainer.add_argument("--lr", type=float, default=1e-3)
-    trainer.add_argument("--validate-every", type=int, default=100)
-    trainer.add_argument(
-        "--eval-per-category",
-        type=int,
-        default=0,
-        help="prompts per category of the suite to measure AL by D on for the model card",
-    )
-    trainer.add_argument("--settings", help="JSON object of the mechanism's settings (layers, vocabulary, ...)")
-    trainer.add_argument("--device", default="auto")
-    trainer.add_argument("--dtype", default="auto")
-    trainer.add_argument("--allow-remote-code", action="store_true")
-    trainer.set_defaults(handler=_train)
+    add_train_parser(commands)
+    add_training_data_parser(commands)
 
     worker = commands.add_parser(
         "worker",
@@ -417,16 +369,6 @@ def _bench(command: str, args: argparse.Namespace) -> int:
         "codesign": cli_bench.codesign,
     }
     return handlers[command](args)
-
-
-# ---------------------------------------------------------------------------------------------------
-# train
-
-
-def _train(args: argparse.Namespace) -> int:
-    from backend.training.run import train_command
-
-    return train_command(args, load_target)
 
 
 # ---------------------------------------------------------------------------------------------------

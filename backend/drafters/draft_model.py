@@ -3,7 +3,8 @@ with D sequential forward passes over its own KV cache (Leviathan et al.; HF `as
 vLLM `draft_model`). Probabilities are returned, so sampling verification uses the real q. Asked for a
 token tree, it adds each depth's next-best tokens beside its greedy chain (autoregressive.py).
 
-Knows nothing about the target except its vocabulary size and cost.
+A distilled student that shares the target's embedding and LM head is loaded by shared_student.py, with
+those parts taken from the target. Knows nothing about the target except its vocabulary size and cost.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from backend.core.models import LoadedModel, check_same_tokenizer, matmul_weight
 from backend.core.target_passes import compile_mode, target_passes
 from backend.drafters.autoregressive import AutoregressiveSession
 from backend.drafters.engine_settings import trtllm_schedule_argument
+from backend.drafters.shared_student import load_student, shares_target
 from backend.drafters.shipped import DISTILLED_DRAFT, trained_folders
 from backend.drafters.spec import DrafterSpec, LoadModel, WeightsOptions, option
 
@@ -84,6 +86,8 @@ def _build(target: LoadedModel, options: DraftModelOptions, load: LoadModel) -> 
             f"with `python -m backend train --kind draft-model --target {target.spec} --out "
             "data/drafters/draft-model-NAME`"
         )
+    if shares_target(spec):  # a student that borrows the target's embedding, LM head and tokenizer
+        return DraftModelDrafter(target, load_student(spec, target))
     draft = load(str(spec), device=str(target.device), dtype=str(target.dtype).removeprefix("torch."))
     return DraftModelDrafter(target, draft)
 

@@ -77,18 +77,7 @@ def save(head: TrainedHead, target: LoadedModel, folder: str | Path, dtype: torc
     """Write `head` as a weights folder for `target`; tensors are stored in `dtype` to keep files small."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    facts = target.facts
-    config = {
-        "kind": head.kind,
-        "settings": head.config.to_dict(),
-        "target": {
-            "spec": target.spec,
-            "fingerprint": target.fingerprint,
-            "vocab_size": facts.vocab_size,
-            "hidden_size": facts.hidden_size,
-            "num_layers": facts.num_layers,
-        },
-    }
+    config = {"kind": head.kind, "settings": head.config.to_dict(), "target": target_record(target)}
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     save_file(
         {name: tensor.detach().to("cpu", dtype).contiguous() for name, tensor in head.state_dict().items()},
@@ -144,6 +133,25 @@ def _read_config(folder: Path, kind: str, target: LoadedModel) -> dict:
         raise DrafterWeightsError(f"{folder / CONFIG_FILE} is not a drafter config ({error})") from error
     if found_kind != kind:
         raise DrafterWeightsError(f"{folder} holds a {found_kind} drafter, not {kind}")
+    check_trained_for(folder, trained_for, target)
+    return settings
+
+
+def target_record(target: LoadedModel) -> dict:
+    """What a weights folder's config records of the target it was trained for (check_trained_for reads it)."""
+    facts = target.facts
+    return {
+        "spec": target.spec,
+        "fingerprint": target.fingerprint,
+        "vocab_size": facts.vocab_size,
+        "hidden_size": facts.hidden_size,
+        "num_layers": facts.num_layers,
+    }
+
+
+def check_trained_for(folder: Path, trained_for: dict, target: LoadedModel) -> None:
+    """A DrafterWeightsError unless the target_record `trained_for` of `folder` fits `target`: the same
+    vocabulary and hidden sizes, and the same fingerprint where it names one."""
     facts = target.facts
     if (trained_for.get("vocab_size"), trained_for.get("hidden_size")) != (facts.vocab_size, facts.hidden_size):
         raise DrafterWeightsError(
@@ -155,7 +163,6 @@ def _read_config(folder: Path, kind: str, target: LoadedModel) -> dict:
             f"{folder} was trained for another target ('{trained_for.get('spec')}', "
             f"fingerprint {trained_for['fingerprint'][:12]}), not '{target.spec}'"
         )
-    return settings
 
 
 def _read_vocabulary(folder: Path, vocab_size: int) -> torch.Tensor | None:

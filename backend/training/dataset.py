@@ -1,6 +1,12 @@
 """Self-distillation data: the target answers the corpus instructions (greedy, batched), then one
 forward pass over each prompt + answer records the hidden states the drafters learn from. Everything
-is cached on disk once per (target, layers, answer length) and reused by every drafter's training.
+is cached on disk once per (target, corpus, layers, answer length) and reused by every drafter's training.
+
+Two teachers fill the same cache. Generating answers costs one target pass per answer token. The
+prefill-only teacher reads an instruction's existing `reference` answer instead (readings.py): one
+forward pass over prompt + reference labels every position with the target's full next-token
+distribution (lm_head of the cached final state), hundreds of positions a pass. The drafters train on
+those distributions, not on the text's own next tokens, so either teacher teaches the target's behaviour.
 
 Cache layout: `<cache>/<target fingerprint[:16]>-<corpus hash>-<layers>-<max_new_tokens>/` holding `manifest.json`
 (instructions done, tokens, layers) and `shard-NNNNN.safetensors`, each with `input_ids` [N] (the
@@ -27,11 +33,11 @@ from safetensors.torch import load_file, save_file
 
 from backend.core.models import LoadedModel
 from backend.drafters.trained import TrainBatch
-from backend.lab.prompts import encode_conversation
 from backend.training.corpus import Instruction
 
 SHARD_SEQUENCES = 32
 MAX_PROMPT_TOKENS = 480
+MAX_REFERENCE_TOKENS = 512  # a reference answer read by the prefill-only teacher is cut here
 
 
 def default_cache_root() -> Path:
@@ -40,16 +46,22 @@ def default_cache_root() -> Path:
 
 @dataclass
 class DistilledData:
-    folder: Path
+    """One split of one or more caches (generated answers, prefilled references) trained on together."""
+
+    folders: tuple[Path, ...]
     layers: tuple[int, ...]
     split: str
 
     def shards(self) -> list[Path]:
-        return sorted(self.folder.glob(f"{self.split}-shard-*.safetensors"))
+        return [shard for folder in self.folders for shard in sorted(folder.glob(f"{self.split}-shard-*.safetensors"))]
 
     def tokens(self) -> int:
-        manifest = _manifest(self.folder)
-        return manifest["tokens"].get(self.split, 0)
+        return sum(_manifest(folder)["tokens"].get(self.split, 0) for folder in self.folders)
+
+    def __add__(self, other: DistilledData) -> DistilledData:
+        if (self.layers, self.split) != (other.layers, other.split):
+            raise ValueError("only caches of the same layers and split can be trained on together")
+        return DistilledData(self.folders + other.folders, self.layers, self.split)
 
 
 def distil(
@@ -64,13 +76,20 @@ def distil(
     progress: Callable[[int, int], None] = lambda done, total: None,
     minutes: float | None = None,
 ) -> DistilledData:
-    """Generate (or resume) the target's answers to the `split` instructions and cache their hidden states,
-    until every instruction is done, `token_budget` sequence tokens are cached for this split, or `minutes`
-    have passed (checked between shards; 0: only what is cached). A shard holds max(SHARD_SEQUENCES, batch_size)
-    sequences."""
+    """Generate (or resume) the target's answers to the `split` instructions (or read their references) and cache
+    their hidden states, until every instruction is done, `token_budget` sequence tokens are cached for this split,
+    or `minutes` have passed (checked between shards; 0: only what is cached). A shard holds
+    max(SHARD_SEQUENCES, batch_size) sequences."""
     deadline = time.monotonic() + 60 * minutes if minutes is not None else float("inf")
     layers = tuple(sorted(set(layers)))
-    corpus = hashlib.sha256("\n".join(f"{i.instruction_id}\t{i.text}" for i in instructions).encode()).hexdigest()
+    corpus = hashlib.sha256(
+        "\n".join(
+            f"{i.instruction_id}\t{i.text}"
+            + (f"\t{i.history}" if i.history else "")
+            + (f"\t{i.reference}" if i.reference else "")
+            for i in instructions
+        ).encode()
+    ).hexdigest()
     folder = (cache_root or default_cache_root()) / (
         f"{target.fingerprint[:16]}-{corpus[:8]}-{'_'.join(map(str, layers))}-{max_new_tokens}"
     )
@@ -87,13 +106,8 @@ def distil(
         if tokens >= budget or time.monotonic() >= deadline:
             break
         group = todo[start : start + per_shard]
-        prompts = [encode_conversation(target.tokenizer, [i.text], [])[-MAX_PROMPT_TOKENS:] for i in group]
-        answers: list[list[int]] = [[] for _ in prompts]
-        for rows in _length_batches(prompts, batch_size):
-            for row, answer in zip(
-                rows, greedy_answers(target, [prompts[i] for i in rows], max_new_tokens), strict=True
-            ):
-                answers[row] = answer
+        prompts = [i.prompt_ids(target.tokenizer)[-MAX_PROMPT_TOKENS:] for i in group]
+        answers = _answers(target, group, prompts, max_new_tokens, batch_size)
         sequences = [prompt + answer for prompt, answer in zip(prompts, answers, strict=True)]
         # position t predicts token t+1: answer tokens are predicted from len(prompt)-1 on
         masks = [[False] * (len(p) - 1) + [True] * len(a) + [False] for p, a in zip(prompts, answers, strict=True)]
@@ -105,7 +119,31 @@ def distil(
         manifest["layers"] = list(layers)
         (folder / "manifest.json").write_text(json.dumps(manifest))
         progress(min(tokens, int(min(budget, 1e18))), int(budget) if budget != float("inf") else tokens)
-    return DistilledData(folder, layers, split)
+    return DistilledData((folder,), layers, split)
+
+
+def _answers(
+    target: LoadedModel, group: list[Instruction], prompts: list[list[int]], max_new_tokens: int, batch_size: int
+) -> list[list[int]]:
+    """Each instruction's answer tokens: its reference read as it is (prefill-only teacher), else the target's
+    greedy answer (generated in batches of similar prompt length)."""
+    answers = [reference_ids(target, i.reference) if i.reference else [] for i in group]
+    to_generate = [row for row, i in enumerate(group) if not i.reference]
+    for batch in _length_batches([prompts[row] for row in to_generate], batch_size):
+        rows = [to_generate[b] for b in batch]
+        for row, answer in zip(rows, greedy_answers(target, [prompts[r] for r in rows], max_new_tokens), strict=True):
+            answers[row] = answer
+    return answers
+
+
+def reference_ids(target: LoadedModel, reference: str) -> list[int]:
+    """A reference answer's tokens as the target would end them: with the end-of-turn token the tokenizer names
+    (when it is one of the target's end tokens), unless the reference was cut at MAX_REFERENCE_TOKENS."""
+    ids = target.tokenizer(reference, add_special_tokens=False)["input_ids"]
+    if len(ids) >= MAX_REFERENCE_TOKENS:
+        return ids[:MAX_REFERENCE_TOKENS]
+    end = target.tokenizer.eos_token_id
+    return ids + [end if end in target.eos_token_ids else min(target.eos_token_ids)]
 
 
 def _length_batches(sequences: list[list[int]], batch_size: int) -> Iterator[list[int]]:
@@ -197,7 +235,7 @@ def batches(
         for begin, end in zip(starts, starts[1:], strict=False):
             pieces += [(index, s, min(s + window, end)) for s in range(begin, end - 1, window)]
     if not pieces:
-        raise ValueError(f"no cached training data in {data.folder} for the {data.split} split")
+        raise ValueError(f"no cached training data in {', '.join(map(str, data.folders))} for the {data.split} split")
     epoch = 0
     while epochs is None or epoch < epochs:
         rng.shuffle(pieces)

@@ -24,7 +24,6 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
 from backend.drafters.trained import TargetParts, TrainBatch
-from backend.lab.prompts import encode_conversation
 from backend.training.corpus import Instruction
 from backend.training.dataset import DistilledData, batches
 
@@ -164,7 +163,7 @@ def validate(
     run = GenerationSettings(settings.validation_new_tokens, draft_len=settings.validation_draft_len)
     steps = []
     for instruction in validation[: settings.validation_prompts]:
-        prompt = encode_conversation(target.tokenizer, [instruction.text], [])
+        prompt = instruction.prompt_ids(target.tokenizer)
         steps += engine.generate(prompt, drafter, run).run().steps
     head.train()
     return {

@@ -44,6 +44,7 @@ def tiny_llama(
     init_scale: float = 0.1,
     tokenizer: PreTrainedTokenizerFast | None = None,
     max_context: int = 512,
+    intermediate: int | None = None,
 ) -> LoadedModel:
     """A random Llama. `init_scale` 0.1 (the usual is 0.02) makes its logits peaked enough that greedy
     choices are not decided by float rounding, and its greedy text repetitive, as small LMs' is."""
@@ -51,7 +52,7 @@ def tiny_llama(
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
-        intermediate_size=2 * hidden,
+        intermediate_size=intermediate or 2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,

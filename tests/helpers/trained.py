@@ -17,12 +17,28 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams
 from backend.drafters.feature_chain import unroll
 from backend.drafters.trained import TargetParts, TrainBatch
+from backend.training.loop import TrainSettings
 from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
 from tests.helpers.sampling import SIGNIFICANCE, exact_joint, goodness_of_fit, sampled_joint
 
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40, 41, 5, 9, 13, 22, 7, 8]
 GREEDY = SamplingParams()
 REDUCED_12 = torch.tensor([2, 4, 5, 6, 7, 9, 11])  # 7 of the sampling target's 12 tokens
+
+
+def small_settings(steps: int) -> TrainSettings:
+    """Training settings for a tiny target: `steps` steps of 4 windows of 32 tokens, validated at the end."""
+    return TrainSettings(
+        tokens=steps * 4 * 32,
+        window=32,
+        rows=4,
+        learning_rate=3e-3,
+        warmup_steps=2,
+        validate_every=steps,
+        checkpoint_every=10,
+        validation_prompts=2,
+        validation_new_tokens=16,
+    )
 
 
 def generate(model, prompt: list[int], new_tokens: int, drafter=None, draft_len: int = 0):

@@ -35,7 +35,8 @@ def tiny_suite(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["generate"], ["bench"], ["bench", "speed"], ["bench", "sweep"], ["export", "eagle3"]]
+    "command",
+    [[], ["generate"], ["bench"], ["bench", "speed"], ["bench", "sweep"], ["export", "eagle3"], ["training-data"]],
 )
 def test_every_command_has_help(command):
     result = cli(*command, "--help")

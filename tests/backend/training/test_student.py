@@ -18,6 +18,7 @@ from backend.training import student
 from backend.training.dataset import distil
 from backend.training.loop import TrainReport, TrainSettings, _timed_validation_due, train
 from tests.helpers.tiny import tiny_instructions, tiny_llama
+from tests.helpers.trained import small_settings
 
 SHAPE = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
 
@@ -54,29 +55,9 @@ def test_kl_loss_is_zero_for_the_targets_own_distribution_and_positive_otherwise
     assert float(other.detach()) > 0.01
 
 
-@pytest.fixture(scope="module")
-def distilled(tiny, tmp_path_factory):
-    root = tmp_path_factory.mktemp("distil")
-    instructions = tiny_instructions(64)
-    layers = student.training_layers(tiny)
-    train_data = distil(tiny, instructions, layers, "train", 24, cache_root=root)
-    validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
-    return train_data, validation_data, [i for i in instructions if i.split == "validation"] or instructions[:2]
-
-
 def test_student_folder_is_an_ordinary_hf_model_found_for_its_target_only(tiny, distilled, tmp_path, monkeypatch):
     folder = tmp_path / "draft-model-tiny"
-    settings = TrainSettings(
-        tokens=20 * 4 * 32,
-        window=32,
-        rows=4,
-        learning_rate=3e-3,
-        warmup_steps=2,
-        validate_every=20,
-        validation_prompts=2,
-        validation_new_tokens=16,
-    )
-    train(student, tiny, student.new_head(tiny, SHAPE), *distilled, settings, folder)
+    train(student, tiny, student.new_head(tiny, SHAPE), *distilled, small_settings(20), folder)
     config = json.loads((folder / "config.json").read_text())
     assert config["specscope_drafter"]["kind"] == "draft-model"
     assert config["specscope_drafter"]["target"]["fingerprint"] == tiny.fingerprint

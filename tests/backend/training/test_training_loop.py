@@ -20,6 +20,7 @@ from backend.training.dataset import distil
 from backend.training.kinds import KINDS
 from backend.training.loop import CHECKPOINT, TrainSettings, train
 from tests.helpers.tiny import save_tiny, tiny_instructions
+from tests.helpers.trained import small_settings
 from tests.helpers.workers import ROOT
 
 HEAD_SETTINGS = {
@@ -37,20 +38,6 @@ def data(tiny, tmp_path_factory):
     validation_data = distil(tiny, instructions, layers, "validation", 24, cache_root=root)
     validation = [i for i in instructions if i.split == "validation"] or instructions[:2]
     return train_data, validation_data, validation
-
-
-def small_settings(steps: int) -> TrainSettings:
-    return TrainSettings(
-        tokens=steps * 4 * 32,
-        window=32,
-        rows=4,
-        learning_rate=3e-3,
-        warmup_steps=2,
-        validate_every=steps,
-        checkpoint_every=10,
-        validation_prompts=2,
-        validation_new_tokens=16,
-    )
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
@@ -107,12 +94,16 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
         (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
         (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
         (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
+        (["--kind", "eagle3", "--ship", "{out}"], "give --out another folder"),
     ],
 )
 def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
     folder = save_tiny(tiny, tmp_path / "tiny")
     done = subprocess.run(
-        [sys.executable, "-m", "backend", "train", "--target", str(folder), "--out", str(tmp_path / "out"), *args],
+        [
+            *(sys.executable, "-m", "backend", "train", "--target", str(folder), "--out", str(tmp_path / "out")),
+            *(arg.replace("{out}", str(tmp_path / "out")) for arg in args),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -176,6 +167,8 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
         "4",
         "--validation-prompts",
         "1",
+        "--teacher",
+        "mix",
     ]
     env = {**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")}
     distilled = subprocess.run(
@@ -198,6 +191,7 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
         env=env,
     )
     assert distilled.returncode == 0 and "distilled" in distilled.stdout, distilled.stderr
+    assert distilled.stdout.count(str(tmp_path / "cache")) == 2  # generated answers and read references
     assert not (tmp_path / "unused").exists()
     settings = json.dumps(HEAD_SETTINGS["draft-model"])
     done = subprocess.run(

@@ -1,0 +1,84 @@
+"""`train`: the flags of the drafter-training command. What it does is backend/training/run.py's; this module
+only parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_train_parser(commands) -> None:
+    trainer = commands.add_parser(
+        "train",
+        help="train a drafter (eagle3, mtp, dflash, dspark, draft-model) for a target",
+        description="Self-distillation: the target answers instructions built from "
+        "Python's own documentation and source and chat requests of every suite category "
+        "(see `training-data`); its hidden states are "
+        "cached once and reused by every drafter. Resumes from the output "
+        "folder's checkpoint.",
+    )
+    trainer.add_argument("--kind", required=True)
+    trainer.add_argument("--target", default="default")
+    trainer.add_argument("--out", required=True, help="output folder (weights, checkpoint, model card)")
+    trainer.add_argument("--tokens", type=int, default=200_000, help="training window tokens to see")
+    trainer.add_argument(
+        "--minutes",
+        type=float,
+        help="stop training after this long (or at --tokens, if sooner; "
+        "validation time is not counted); the learning-rate "
+        "schedule follows the time",
+    )
+    trainer.add_argument("--data-tokens", type=int, default=60_000, help="sequence tokens to distil and cache")
+    trainer.add_argument(
+        "--distil-minutes",
+        type=float,
+        help="stop distilling each split after this long (the cache resumes; 0: train on what is cached)",
+    )
+    trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
+    trainer.add_argument(
+        "--teacher",
+        choices=("generate", "prefill", "mix"),
+        default="generate",
+        help="generate: the target answers the instructions; prefill: it reads existing answers once (cheaper); "
+        "mix: both, --data-tokens each",
+    )
+    trainer.add_argument(
+        "--distil-only",
+        action="store_true",
+        help="fill the shared distillation cache and stop (several kinds can then train at once)",
+    )
+    trainer.add_argument(
+        "--validation-prompts",
+        type=int,
+        default=8,
+        help="held-out instructions the drafter is run on at each validation",
+    )
+    trainer.add_argument("--answer-tokens", type=int, default=160, help="max new tokens per target answer")
+    trainer.add_argument("--window", type=int, default=256)
+    trainer.add_argument("--rows", type=int, default=8)
+    trainer.add_argument("--lr", type=float, default=1e-3)
+    trainer.add_argument("--validate-every", type=int, default=100)
+    trainer.add_argument(
+        "--eval-per-category",
+        type=int,
+        default=0,
+        help="prompts per category of the suite to measure AL by D on for the model card",
+    )
+    trainer.add_argument(
+        "--ship",
+        metavar="DIR",
+        help="then measure the weights in DIR the same way and replace them only if the new ones have a higher "
+        "mean suite AL (2 prompts per category unless --eval-per-category); DIR's card records the round",
+    )
+    trainer.add_argument("--settings", help="JSON object of the mechanism's settings (layers, vocabulary, ...)")
+    trainer.add_argument("--device", default="auto")
+    trainer.add_argument("--dtype", default="auto")
+    trainer.add_argument("--allow-remote-code", action="store_true")
+    trainer.set_defaults(handler=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from backend.cli.common import load_target
+    from backend.training.run import train_command
+
+    return train_command(args, load_target)

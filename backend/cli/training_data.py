@@ -1,0 +1,62 @@
+"""`training-data`: build the drafters' training instructions the way `train` does and show what is in
+them, so the corpus can be reproduced and inspected without a model.
+
+    python -m backend training-data                       counts per category and split, and the sha256
+    python -m backend training-data --out corpus.jsonl    also write one JSON object per instruction
+
+The sha256 is that of the JSONL text (the file --out writes), so `sha256sum corpus.jsonl` matches it. What
+goes into the corpus is backend/training/corpus.py's; this module only prints and writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+SPLITS = ("train", "validation")
+
+
+def add_training_data_parser(commands) -> None:
+    data = commands.add_parser(
+        "training-data",
+        help="build the drafters' training instructions; print counts and sha256, optionally write JSONL",
+        description=__doc__.split("\n\n")[0],
+    )
+    data.add_argument("--out", type=Path, help="write the instructions here, one JSON object per line")
+    data.add_argument("--seed", type=int, default=0, help="the shuffle seed (train uses 0)")
+    data.set_defaults(handler=training_data_command)
+
+
+def training_data_command(args: argparse.Namespace) -> int:
+    from backend.core.errors import SpecScopeError
+    from backend.training.corpus import build_instructions
+
+    if args.out is not None and not args.out.parent.is_dir():
+        raise SpecScopeError(f"--out: the folder {args.out.parent} does not exist")
+    instructions = build_instructions(args.seed)
+    records = [
+        {
+            "id": i.instruction_id,
+            "category": i.category,
+            "source": i.source,
+            "split": i.split,
+            "history": [list(pair) for pair in i.history],
+            "text": i.text,
+        }
+        for i in instructions
+    ]
+    text = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    counts = Counter((record["category"], record["split"]) for record in records)
+    print(f"{'category':<16}" + "".join(f"{split:>12}" for split in SPLITS) + f"{'total':>12}")
+    for category in sorted({category for category, _ in counts}) + ["all"]:
+        row = [sum(n for (c, s), n in counts.items() if s == split and category in (c, "all")) for split in SPLITS]
+        print(f"{category:<16}" + "".join(f"{n:>12}" for n in row) + f"{sum(row):>12}")
+    print(f"sha256 {hashlib.sha256(text.encode()).hexdigest()}")
+    if args.out is not None:
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {len(records)} instructions to {args.out}", file=sys.stderr)
+    return 0
