@@ -43,30 +43,41 @@ def ship_if_better(
     the candidate's files (all but its checkpoint) over them if its score is higher, or if nothing is shipped
     yet. Either way the round is appended to the shipped card's record and to the candidate's."""
     score, previous = suite_score(suite), None
-    rounds: list[dict] = []
+    shipped_card = _read_card(shipped)
+    rounds = _card_rounds(shipped_card) if shipped_card else []
     if (shipped / "config.json").is_file():
         old = build_drafter(kind, target, {"drafter_path": str(shipped)})
         draft_lens = tuple(sorted({row["draft_len"] for row in suite}))
         previous = suite_score(suite_acceptance(target, old, draft_lens, per_category))
-        rounds = card_rounds(shipped)
     better = previous is None or score > previous
-    record = {**_round_record(candidate, suite), "previous_mean_al": previous, "shipped": better}
+    candidate_card = _read_card(candidate)
+    record = {
+        **_summary_fields(candidate_card),
+        "date": datetime.now(UTC).date().isoformat(),
+        "mean_al": score,
+        "previous_mean_al": previous,
+        "shipped": better,
+    }
     rounds.append(record)
-    _write_rounds(candidate, rounds)
+    _write_rounds(candidate, candidate_card, rounds)
     if better:
         shutil.rmtree(shipped, ignore_errors=True)
         shutil.copytree(candidate, shipped, ignore=shutil.ignore_patterns(CHECKPOINT, "*.tmp"))
     else:
-        _write_rounds(shipped, rounds)
+        _write_rounds(shipped, shipped_card, rounds)
     return RoundOutcome(better, score, previous)
 
 
-def card_rounds(folder: Path) -> list[dict]:
-    """The rounds a folder's card.json records; a card from before rounds were kept counts as one shipped round."""
+def _read_card(folder: Path) -> dict:
+    """The folder's card.json ({} when it has none or it cannot be read)."""
     try:
-        card = json.loads((folder / CARD_FILE).read_text())
+        return json.loads((folder / CARD_FILE).read_text())
     except (OSError, ValueError):
-        return []
+        return {}
+
+
+def _card_rounds(card: dict) -> list[dict]:
+    """The rounds a card records; a card from before rounds were kept counts as one shipped round."""
     if "rounds" in card:
         return list(card["rounds"])
     return [{**_summary_fields(card), "previous_mean_al": None, "shipped": True}]
@@ -90,11 +101,6 @@ def rounds_markdown(rounds: list[dict]) -> list[str]:
     ]
 
 
-def _round_record(folder: Path, suite: list[dict]) -> dict:
-    card = json.loads((folder / CARD_FILE).read_text())
-    return {**_summary_fields(card), "date": datetime.now(UTC).date().isoformat(), "mean_al": suite_score(suite)}
-
-
 def _summary_fields(card: dict) -> dict:
     fields = ("data", "train_sequence_tokens", "training_tokens", "seconds", "suite")
     return {
@@ -104,9 +110,9 @@ def _summary_fields(card: dict) -> dict:
     }
 
 
-def _write_rounds(folder: Path, rounds: list[dict]) -> None:
-    """Store `rounds` in the folder's card.json and (re)write the rounds section at the end of its model card."""
-    card = json.loads((folder / CARD_FILE).read_text())
+def _write_rounds(folder: Path, card: dict, rounds: list[dict]) -> None:
+    """Store `rounds` in the folder's card.json (whose contents are `card`) and (re)write the rounds section at
+    the end of its model card."""
     (folder / CARD_FILE).write_text(json.dumps({**card, "rounds": rounds}, indent=1))
     readme = folder / MODEL_CARD_FILE
     text = readme.read_text() if readme.is_file() else ""

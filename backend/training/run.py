@@ -60,6 +60,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
     out = Path(args.out)
     instructions = build_instructions()
     validation = held_out(instructions)
+    sources = _teacher_sources(args.teacher, instructions)
     # the union of what every kind reads, so the cached distillation serves them all
     layers = tuple(
         sorted(
@@ -76,10 +77,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             bar.total = total
             bar.update(done - bar.n)
 
-        train_data = _distil_teacher(target, args, instructions, layers, "train", args.data_tokens, progress)
-    validation_data = _distil_teacher(
-        target, args, instructions, layers, "validation", max(4000, args.data_tokens // 20)
-    )
+        train_data = _distil_teacher(target, args, sources, layers, "train", args.data_tokens, progress)
+    validation_data = _distil_teacher(target, args, sources, layers, "validation", max(4000, args.data_tokens // 20))
     distil_s = time.perf_counter() - started
     if args.distil_only:
         print(
@@ -146,18 +145,25 @@ def train_command(args: argparse.Namespace, load_target) -> int:
     return 0
 
 
+def _teacher_sources(teacher: str, instructions: list) -> list[list]:
+    """What the teacher distils from: the instructions (the target generates the answers), the readings (it reads
+    their existing answers in one pass), or both. The readings are built only when the teacher reads them."""
+    if teacher == "generate":
+        return [instructions]
+    readings = build_readings()
+    return [readings] if teacher == "prefill" else [instructions, readings]
+
+
 def _distil_teacher(
     target,
     args: argparse.Namespace,
-    instructions: list,
+    sources: list[list],
     layers: tuple[int, ...],
     split: str,
     budget: int,
     progress=None,
 ) -> DistilledData:
-    """The `split` of the cache(s) the chosen teacher fills: the target's generated answers to the instructions,
-    its pass over the readings' existing answers, or both (each up to `budget` sequence tokens)."""
-    sources = {"generate": [instructions], "prefill": [build_readings()], "mix": [instructions, build_readings()]}
+    """The `split` of the cache each of the teacher's sources fills (each up to `budget` sequence tokens)."""
     caches = [
         distil(
             target,
@@ -170,7 +176,7 @@ def _distil_teacher(
             progress=progress or (lambda done, total: None),
             minutes=args.distil_minutes,
         )
-        for source in sources[args.teacher]
+        for source in sources
     ]
     return sum(caches[1:], caches[0])
 
