@@ -33,6 +33,7 @@ from backend.cli.arg_types import (
     tree_budgets,
     tree_topk,
 )
+from backend.cli.codesign import add_codesign_parser
 from backend.cli.common import quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
@@ -190,18 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--json", action="store_true")
     stream.set_defaults(handler=lambda args: _bench("stream", args))
 
-    codesign = commands.add_parser(
-        "codesign",
-        help="the draft-length rules for a target, next to measurements",
-        description="G, D = 128/G - 1, the D ladder, predicted vs measured speedup by D "
-        "and the recommended D per batch size from stored sweeps.",
-    )
-    codesign.add_argument("--target", default="default")
-    codesign.add_argument("--drafter", help="the drafter to analyse (default: the fastest measured)")
-    codesign.add_argument("--db", help="DuckDB file when no worker is running (default $SPECSCOPE_DB)")
-    codesign.add_argument("--json", action="store_true")
-    codesign.set_defaults(handler=lambda args: _bench("codesign", args))
-
+    add_codesign_parser(commands)
     add_train_parser(commands)
     add_training_data_parser(commands)
 
@@ -366,7 +356,6 @@ def _bench(command: str, args: argparse.Namespace) -> int:
         "sweep": cli_bench.bench_sweep,
         "reference": cli_bench.bench_reference,
         "stream": cli_bench.bench_stream,
-        "codesign": cli_bench.codesign,
     }
     return handlers[command](args)
 

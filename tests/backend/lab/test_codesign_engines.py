@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.cli.bench import format_codesign
+from backend.cli.codesign import format_codesign
 from backend.lab.codesign import codesign_report
 
 FACTS = {"num_attention_heads": 4, "num_key_value_heads": 2}
