@@ -63,6 +63,7 @@ def training_summary(
         "device": facts["device"],
         "dtype": facts["dtype"].removeprefix("torch."),
         "hardware": facts["hardware"],
+        "runs": training_runs(report),
         "validation_draft_len": settings.validation_draft_len,
         "validation": [
             {"tokens": v["tokens"], "validation_loss": round(v["validation_loss"], 4), "al": round(v["al"], 4)}
@@ -70,6 +71,30 @@ def training_summary(
         ],
         "suite": suite or [],
     }
+
+
+def training_runs(report: TrainReport) -> list[dict]:
+    """The runs that trained the weights, oldest first, each with the steps it took ([from_step, to_step));
+    steps before the first recorded run (a checkpoint from before runs were kept) count as one unrecorded run."""
+    runs = list(report.runs)
+    if not runs or runs[0]["from_step"] > 0:
+        runs.insert(0, {"from_step": 0, "data": "not recorded (an earlier run's checkpoint)"})
+    ends = [run["from_step"] for run in runs[1:]] + [report.steps]
+    return [{**run, "to_step": end} for run, end in zip(runs, ends, strict=True)]
+
+
+def _runs_markdown(runs: list[dict]) -> list[str]:
+    """One line per run when the weights were trained in several (resumed from each other's checkpoints)."""
+    if len(runs) < 2:
+        return []
+    return [
+        "- Runs, each resumed from the checkpoint the one before left:",
+        *[
+            f"  - steps {r['from_step']}-{r['to_step']}: {r.get('data', '-')}"
+            + (f"; `python -m backend {r['command']}`" if r.get("command") else "")
+            for r in runs
+        ],
+    ]
 
 
 def write_card(
@@ -106,6 +131,7 @@ def write_card(
         f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
         f"- Head settings: `{head_settings or 'defaults'}`.",
         f"- Command: `python -m backend {facts['command']}`",
+        *_runs_markdown(training_runs(report)),
         "",
         "## Validation curve (held-out instructions)",
         "",

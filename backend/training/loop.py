@@ -86,6 +86,7 @@ class TrainReport:
     seconds: float
     train_loss: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
     validation: list[dict] = field(default_factory=list)  # {step, tokens, loss, al}
+    runs: list[dict] = field(default_factory=list)  # {from_step, ...what the caller said of the run}, oldest first
 
 
 def train(
@@ -98,10 +99,13 @@ def train(
     settings: TrainSettings,
     out: Path,
     progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None,
+    run: dict | None = None,
 ) -> TrainReport:
     """Train `head` for settings.steps steps or settings.minutes, whichever ends first (resuming from
     out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with kind.save,
-    and return the curves. With a time budget the learning-rate schedule follows elapsed time."""
+    and return the curves. With a time budget the learning-rate schedule follows elapsed time. `run` (its
+    data, its command) is recorded in the report's runs with the step it started from, and the checkpoint
+    keeps the list, so the weights' history survives resuming with other data."""
     parts = TargetParts.of(target)
     for parameter in target.model.parameters():
         parameter.requires_grad_(False)
@@ -113,6 +117,7 @@ def train(
         optimizer, lambda step: _lr_factor(step, settings.progress(step, time.perf_counter() - started), settings)
     )
     start_step = _resume(out / CHECKPOINT, head, optimizer, schedule, report)
+    report.runs.append({"from_step": start_step, **(run or {})})
     data = batches(train_data, settings.window, settings.rows, target.device, target.dtype, settings.seed + start_step)
     data = chain([next(data)], data)  # the shards are read here, before the clock starts
     started = time.perf_counter() - report.seconds

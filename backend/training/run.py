@@ -105,7 +105,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
                 {"step": step, **{k: f"{v:.3g}" for k, v in metrics.items() if k in ("loss", "validation_loss", "al")}}
             )
 
-        report = train(kind, target, head, train_data, validation_data, validation, settings, out, report_step)
+        run = {"data": f"teacher {args.teacher}: {TEACHERS[args.teacher]}", "command": _command()}
+        report = train(kind, target, head, train_data, validation_data, validation, settings, out, report_step, run)
     per_category = args.eval_per_category or (2 if args.ship else 0)
     suite = (
         suite_acceptance(target, kind.drafter(target, head.eval()), per_category=per_category) if per_category else None
@@ -126,7 +127,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             "device": str(target.device),
             "dtype": str(target.dtype),
             "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
-            "command": " ".join(sys.argv[1:]) if sys.argv else "",
+            "command": _command(),
         },
         suite,
     )
@@ -179,6 +180,11 @@ def _distil_teacher(
         for source in sources
     ]
     return sum(caches[1:], caches[0])
+
+
+def _command() -> str:
+    """This run's command line after `python -m backend`."""
+    return " ".join(sys.argv[1:]) if sys.argv else ""
 
 
 def _shown(score: float | None) -> str:

@@ -15,10 +15,10 @@ import torch
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import DrafterOptions, build_drafter, eagle3
-from backend.training.card import write_card
+from backend.training.card import training_runs, write_card
 from backend.training.dataset import distil
 from backend.training.kinds import KINDS
-from backend.training.loop import CHECKPOINT, TrainSettings, train
+from backend.training.loop import CHECKPOINT, TrainReport, TrainSettings, train
 from tests.helpers.tiny import save_tiny, tiny_instructions
 from tests.helpers.trained import small_settings
 from tests.helpers.workers import ROOT
@@ -61,11 +61,17 @@ def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_
 def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
     train_data, validation_data, validation = data
     settings = small_settings(20)
-    first = train(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, settings, tmp_path)
+    first_run, second_run = {"data": "prefilled readings", "command": "train --teacher prefill"}, {"data": "mix"}
+    first = train(
+        eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, settings, tmp_path, run=first_run
+    )
     assert (tmp_path / CHECKPOINT).is_file()
     longer = TrainSettings(**{**settings.__dict__, "tokens": settings.tokens * 2})
-    resumed = train(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, longer, tmp_path)
+    resumed = train(
+        eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, longer, tmp_path, run=second_run
+    )
     assert resumed.steps == 40 and resumed.train_loss[:20] == first.train_loss  # the first 20 were not redone
+    assert resumed.runs == [{"from_step": 0, **first_run}, {"from_step": 20, **second_run}]
     card = write_card(
         tmp_path,
         "eagle3",
@@ -86,6 +92,17 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
     )
     text = card.read_text()
     assert "Validation curve" in text and "python -m backend train --kind eagle3" in text
+    assert "steps 0-20: prefilled readings; `python -m backend train --teacher prefill`" in text
+    assert "steps 20-40: mix" in text
+    runs = json.loads((tmp_path / "card.json").read_text())["runs"]
+    assert [(r["from_step"], r["to_step"], r["data"]) for r in runs] == [(0, 20, "prefilled readings"), (20, 40, "mix")]
+
+
+def test_steps_from_a_checkpoint_that_kept_no_runs_count_as_one_unrecorded_run():
+    report = TrainReport(40, 9.0, runs=[{"from_step": 25, "data": "mix"}])
+    runs = training_runs(report)
+    assert [(r["from_step"], r["to_step"]) for r in runs] == [(0, 25), (25, 40)] and "not recorded" in runs[0]["data"]
+    assert training_runs(TrainReport(10, 1.0)) == [{"from_step": 0, "data": runs[0]["data"], "to_step": 10}]
 
 
 @pytest.mark.parametrize(
