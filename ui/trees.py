@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from backend.core.tree_shape import children, depths, path_to
+from backend.core.tree_shape import children, depths, has_tree, path_to
 from ui.charts import style
 
 KEPT, REJECTED, UNREACHED = "#2ca02c", "#d62728", "#b0b4b9"
@@ -19,7 +19,7 @@ CORRECTION, BONUS = "#e08a00", "#6a3fc1"
 
 
 def is_tree_step(step: dict) -> bool:
-    return step.get("parents") is not None and len(step["parents"]) > 0
+    return has_tree(step.get("parents"))
 
 
 def branches(step: dict) -> list[list[int]]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from math import exp, log
 from typing import Protocol
 
-from backend.core.tree_shape import depths
+from backend.core.tree_shape import depths, has_tree
 
 
 class StepLike(Protocol):
@@ -77,9 +77,7 @@ def _grow(counts: list[int], size: int) -> None:
 def tree_depth(parents: Sequence[int] | None) -> int | None:
     """A tree step's depth from its parents (a list, or an array as a store frame holds it); None for
     a chain step (no parents: None, or a frame's missing value)."""
-    if parents is None or not hasattr(parents, "__len__") or len(parents) == 0:
-        return None
-    return max(depths(list(parents)))
+    return max(depths(list(parents))) if has_tree(parents) else None
 
 
 @dataclass

@@ -16,6 +16,12 @@ def validate(parents: list[int]) -> None:
             raise SpecScopeError(f"tree node {node} has parent {parent}: a parent must be -1 or an earlier node")
 
 
+def has_tree(parents) -> bool:
+    """Whether a step record's `parents` describe a tree (a list, or an array as a store frame holds it);
+    a chain step has none: None, an empty list, or a frame's missing value."""
+    return parents is not None and hasattr(parents, "__len__") and len(parents) > 0
+
+
 def is_chain(parents: list[int]) -> bool:
     """Whether the tree is one branch: node i's parent is node i - 1."""
     return all(parent == node - 1 for node, parent in enumerate(parents))
