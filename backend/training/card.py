@@ -106,11 +106,14 @@ def write_card(
     head_settings: dict,
     facts: dict,
     suite: list[dict] | None = None,
+    shipped_as: Path | None = None,
 ) -> Path:
-    """Write card.json and README.md into `out`; returns the README's path."""
+    """Write card.json and README.md into `out`; returns the README's path. `shipped_as`: the shipped folder
+    these weights are offered to (`--ship`), whose name the card then uses, as it will live there."""
+    name = (shipped_as or out).name
     (out / CARD_FILE).write_text(json.dumps(training_summary(kind, target, report, settings, facts, suite), indent=1))
     lines = [
-        f"# {out.name}: {kind} drafter for the target {target.spec}",
+        f"# {name}: {kind} drafter for the target {target.spec}",
         "",
         f"Trained by SpecScope (`python -m backend train --kind {kind}`) on the target `{target.spec}` "
         f"(fingerprint `{target.fingerprint[:16]}`). Load it with `--drafter {kind}`; it is lossless through "
@@ -159,7 +162,7 @@ def write_card(
         "trained) for longer, or start afresh in another folder; `scripts/train_drafters.sh` trains all five "
         "kinds at once:",
         "",
-        f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{out.name} "
+        f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{name} "
         f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32",
         "",
     ]

@@ -130,6 +130,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             "command": _command(),
         },
         suite,
+        Path(args.ship) if args.ship else None,
     )
     if args.ship:
         outcome = ship_if_better(args.kind, target, out, Path(args.ship), suite, per_category)

@@ -24,7 +24,7 @@ def suite(al: float) -> list[dict]:
     ]
 
 
-def weights_folder(tiny, path, seed: int, al: float):
+def weights_folder(tiny, path, seed: int, al: float, shipped_as: Path | None = None):
     """An eagle3 head with its own random weights, its card measured at `al`, and a checkpoint beside it."""
     torch.manual_seed(seed)
     head = eagle3.new_head(tiny)
@@ -32,7 +32,7 @@ def weights_folder(tiny, path, seed: int, al: float):
     report = TrainReport(
         steps=10, seconds=12.0, validation=[{"step": 10, "tokens": 1280, "validation_loss": 3.0, "al": al}]
     )
-    write_card(path, "eagle3", tiny, report, TrainSettings(), {}, FACTS, suite(al))
+    write_card(path, "eagle3", tiny, report, TrainSettings(), {}, FACTS, suite(al), shipped_as)
     (path / CHECKPOINT).write_bytes(b"optimizer state")
     return path
 
@@ -83,7 +83,7 @@ def test_worse_weights_are_not_shipped_but_the_round_is_recorded(tiny, tmp_path,
 
 def test_better_weights_replace_the_shipped_ones_and_carry_the_history(tiny, tmp_path, measured_as):
     shipped = weights_folder(tiny, tmp_path / "shipped", seed=1, al=1.2)
-    candidate = weights_folder(tiny, tmp_path / "new", seed=2, al=1.6)
+    candidate = weights_folder(tiny, tmp_path / "new", seed=2, al=1.6, shipped_as=shipped)
     expected = load_file(str(candidate / "model.safetensors"))
     outcome = rounds.ship_if_better("eagle3", tiny, candidate, shipped, suite(1.6), per_category=2)
     assert outcome.shipped and outcome.previous_score == pytest.approx(1.2)
@@ -93,3 +93,4 @@ def test_better_weights_replace_the_shipped_ones_and_carry_the_history(tiny, tmp
     assert [r["shipped"] for r in card["rounds"]] == [True, True]
     readme = (shipped / "README.md").read_text()
     assert readme.count(rounds.ROUNDS_HEADING) == 1 and "| 1.60 | 1.20 | yes |" in readme
+    assert readme.startswith("# shipped: eagle3 drafter") and "--out data/drafters/shipped " in readme  # its home
