@@ -111,7 +111,8 @@ def write_card(
     """Write card.json and README.md into `out`; returns the README's path. `shipped_as`: the shipped folder
     these weights are offered to (`--ship`), whose name the card then uses, as it will live there."""
     name = (shipped_as or out).name
-    (out / CARD_FILE).write_text(json.dumps(training_summary(kind, target, report, settings, facts, suite), indent=1))
+    summary = training_summary(kind, target, report, settings, facts, suite)
+    (out / CARD_FILE).write_text(json.dumps(summary, indent=1))
     lines = [
         f"# {name}: {kind} drafter for the target {target.spec}",
         "",
@@ -134,7 +135,7 @@ def write_card(
         f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
         f"- Head settings: `{head_settings or 'defaults'}`.",
         f"- Command: `python -m backend {facts['command']}`",
-        *_runs_markdown(training_runs(report)),
+        *_runs_markdown(summary["runs"]),
         "",
         "## Validation curve (held-out instructions)",
         "",
