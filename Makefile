@@ -26,7 +26,7 @@ run: setup
 # lint and format checks first (seconds), then llama.cpp's server (built once, ~5 min, then cached), then
 # the suite (which also checks the import contract)
 test: setup lint llama-server
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: setup
 	$(PY) -m ruff check .

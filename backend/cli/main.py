@@ -33,6 +33,7 @@ from backend.cli.arg_types import (
     tree_budgets,
     tree_topk,
 )
+from backend.cli.bench_start import add_bench_start_parser
 from backend.cli.codesign import add_codesign_parser
 from backend.cli.common import quiet_libraries
 from backend.cli.engine import add_engine_args
@@ -190,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile_arg(stream)
     stream.add_argument("--json", action="store_true")
     stream.set_defaults(handler=lambda args: _bench("stream", args))
+    add_bench_start_parser(bench)
 
     add_codesign_parser(commands)
     add_train_parser(commands)

@@ -1,7 +1,8 @@
-"""`bench stream`: what the HTTP worker costs. The same prompts are decoded in this process and
-through a worker process started for the purpose (alternating, same model, same drafter), and it
-reports tokens/s through the stream over tokens/s in process, the time from sending a request to
-its first step record, and the worker's resident memory with the model loaded.
+"""`bench stream` and `bench start`: what the HTTP worker costs. The same prompts are decoded in this
+process and through a worker process started for the purpose (alternating, same model, same drafter),
+and it reports tokens/s through the stream over tokens/s in process, the time from sending a request
+to its first step record, and the worker's resident memory with the model loaded; and how long a
+worker takes to become ready, compiled or not, on a first and a later start.
 
 Knows nothing about printing.
 """
@@ -39,7 +40,11 @@ def resident_mb(pid: int) -> dict:
     return {"rss_mb": fields.get("VmRSS"), "peak_rss_mb": fields.get("VmHWM")}
 
 
-def start_worker(target: str, device: str, compile: str = "off") -> tuple[subprocess.Popen, str]:
+def start_worker(
+    target: str, device: str, compile: str = "off", env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """A worker process serving `target` (with `env` added to this process's environment), once its
+    /health says ready: the target loaded and, with `compile` on, its graphs built and warmed."""
     port = free_loopback_port()
     db = Path(tempfile.mkdtemp(prefix="specscope-bench-")) / "runs.duckdb"
     process = subprocess.Popen(
@@ -62,7 +67,7 @@ def start_worker(target: str, device: str, compile: str = "off") -> tuple[subpro
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "SPECSCOPE_TOKEN": ""},
+        env={**os.environ, "SPECSCOPE_TOKEN": "", **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 600
@@ -77,6 +82,20 @@ def start_worker(target: str, device: str, compile: str = "off") -> tuple[subpro
         time.sleep(0.3)
     process.kill()
     raise TimeoutError("the worker did not become ready")
+
+
+def start_times(target: str, device: str) -> list[dict]:
+    """Seconds from launching a worker to its ready /health: with --compile off, then --compile on twice
+    with one new inductor cache folder (a first start, which builds the graphs, then a later one)."""
+    times = []
+    with tempfile.TemporaryDirectory(prefix="specscope-inductor-") as inductor_cache:
+        for compile, start in (("off", "first"), ("on", "first"), ("on", "later")):
+            launched = time.perf_counter()
+            process, _ = start_worker(target, device, compile, {"TORCHINDUCTOR_CACHE_DIR": inductor_cache})
+            times.append({"compile": compile, "start": start, "seconds": round(time.perf_counter() - launched, 1)})
+            process.terminate()
+            process.wait(timeout=30)
+    return times
 
 
 def stream_benchmark(
