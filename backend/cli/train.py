@@ -25,8 +25,8 @@ def add_train_parser(commands) -> None:
         "--minutes",
         type=float,
         help="stop training after this long (or at --tokens, if sooner; "
-        "validation time is not counted); the learning-rate "
-        "schedule follows the time",
+        "validation time is not counted), counted over every run of --out: a resumed run goes on "
+        "from the checkpoint's training time; the learning-rate schedule follows the time",
     )
     trainer.add_argument("--data-tokens", type=int, default=60_000, help="sequence tokens to distil and cache")
     trainer.add_argument(

@@ -1,6 +1,6 @@
 """The fast path's CPU graphs, whose frozen weights inductor packs into oneDNN tensors, go into inductor's
-on-disk graph cache and come back from it with the same outputs (so a later start skips their build).
-Run in a fresh process: dynamo's per-code state from other tests' compilations would change the graph."""
+on-disk graph cache and come back from it computing with the live weights (so a later start skips their
+build). Run in a fresh process: dynamo's per-code state from other tests' compilations would change the graph."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-COMPILE_THREE_TIMES = """
+COMPILE_TWICE = """
 import json, torch
 from torch._dynamo.utils import counters
 from backend.core.fast_forward import FastForward
@@ -26,18 +26,17 @@ def verify_pass(model):
 model = tiny_llama(seed=3).model
 first = verify_pass(model)
 after_first = dict(counters["inductor"])
+with torch.no_grad():  # the final norm's weight doubled: the logits double
+    model.model.norm.weight.mul_(2)
 second = verify_pass(model)
-with torch.no_grad():
-    model.lm_head.weight.mul_(2)
-third = verify_pass(model)
 print(json.dumps({"after_first": after_first, "after_all": dict(counters["inductor"]),
-                  "second_equal": torch.equal(first, second), "third_equal": torch.equal(first, third)}))
+                  "doubled": torch.allclose(second, 2 * first, rtol=1e-5, atol=1e-6)}))
 """
 
 
 def test_a_graph_with_frozen_onednn_weights_is_built_once_then_read_from_inductors_cache(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE_THREE_TIMES],
+        [sys.executable, "-c", COMPILE_TWICE],
         cwd=ROOT,
         env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)},
         capture_output=True,
@@ -49,6 +48,5 @@ def test_a_graph_with_frozen_onednn_weights_is_built_once_then_read_from_inducto
     first, total = report["after_first"], report["after_all"]
     assert first["mkldnn_linear_weight_pack_matcher_count"] > 0  # the graph holds oneDNN-packed weights
     assert first.get("fxgraph_cache_bypass", 0) == 0 and first["fxgraph_cache_miss"] == 1
-    assert total["fxgraph_cache_hit"] == 2 and total["fxgraph_cache_miss"] == 1  # the 2nd and 3rd from cache
-    assert report["second_equal"]
-    assert not report["third_equal"]  # the cached graph reads the live weights, not those it was built with
+    assert total["fxgraph_cache_hit"] == 1 and total["fxgraph_cache_miss"] == 1  # the second from the cache
+    assert report["doubled"]  # the cached graph computes with the live weights, not those it was built with
