@@ -4,18 +4,26 @@ code generation and the C++ build of the target's graphs (minutes on a small CPU
 Why it is needed: with weight freezing on the CPU, inductor packs each linear layer's weight into a
 oneDNN tensor, and its FX graph cache refuses any graph holding one ("mkldnn tensors unpickleable",
 torch/_inductor/codecache.py: `CacheabilityValidator.check_tensor`, `FxGraphCachePickler._reduce_tensor`).
-Yet a frozen parameter never needs pickling: the cache key takes only its metadata, and a cached graph
-re-attaches its frozen parameters by name from the graph being compiled (torch/_inductor/output_code.py:
-`CompiledFxGraph` keeps `frozen_param_names`, `CompiledFxGraphConstantsWithGm` looks them up). Freezing
-runs again at every start and packs the same weights under the same names, so the cached code finds
-them. This module exempts frozen oneDNN tensors from that refusal and keys them by shape, dtype and
-device, as inductor keys any other frozen parameter; unfrozen oneDNN tensors are refused as before.
+Yet a frozen parameter never needs pickling: a cached graph re-attaches its frozen parameters by name
+from the graph being compiled (torch/_inductor/output_code.py: `CompiledFxGraph` keeps
+`frozen_param_names`, `CompiledFxGraphConstantsWithGm` looks them up), and freezing runs again at every
+start and packs the weights under the same names. This module exempts frozen oneDNN tensors from that
+refusal. Inductor keys other frozen parameters by metadata alone; these are keyed by their values too
+(a hash of the dense weights, ~1 s for the default target), because lowering may derive new constants
+from them that the cache entry stores: the C++ GEMM template re-blocks each weight
+(torch/_inductor/codegen/cpp_gemm_template.py), so a graph cached for one checkpoint would otherwise
+serve another of the same shapes with stale weights. Graphs built with max-autotune (the one-token
+graph, which uses that template) and unfrozen oneDNN tensors are refused as before: the template's
+entry holds a re-blocked copy of every weight (~520 MB for the default target), and its key was seen to
+differ between processes, so caching it only filled the disk.
 
 Written for torch 2.13 (the pinned version): `allow_frozen_onednn_weights` checks the two hooks exist
 and otherwise leaves inductor as it is. Knows nothing about models or the passes that use the cache.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import torch
 
@@ -40,15 +48,24 @@ def allow_frozen_onednn_weights() -> bool:
     reduce_tensor = pickler._reduce_tensor
 
     def check_tensor(tensor: torch.Tensor) -> None:
-        if not (tensor.is_mkldnn and is_frozen_param(tensor)):
+        # with max-autotune the C++ GEMM template stores ~1x the weights in the entry: refused as before
+        if not (tensor.is_mkldnn and is_frozen_param(tensor)) or torch._inductor.config.max_autotune:
             refuse(tensor)
 
     def key_of_tensor(self, tensor: torch.Tensor):
-        if tensor.is_mkldnn and is_frozen_param(tensor):  # metadata only, as for any frozen parameter
-            return codecache._ident, (("frozen oneDNN weight", tuple(tensor.shape), str(tensor.dtype)),)
+        if tensor.is_mkldnn and is_frozen_param(tensor):
+            return codecache._ident, (
+                ("frozen oneDNN weight", tuple(tensor.shape), str(tensor.dtype), _digest(tensor)),
+            )
         return reduce_tensor(self, tensor)
 
     validator.check_tensor = staticmethod(check_tensor)
     pickler._reduce_tensor = key_of_tensor
     _applied = True
     return True
+
+
+def _digest(tensor: torch.Tensor) -> str:
+    """A hash of a oneDNN tensor's values, read in the plain dense layout."""
+    dense = tensor.to_dense().contiguous()
+    return hashlib.blake2b(dense.view(torch.uint8).numpy().data, digest_size=16).hexdigest()
