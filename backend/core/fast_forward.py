@@ -17,8 +17,8 @@ trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 - CPU: inductor with weight freezing (the weights become constants, packed once). The one-token graph
   uses inductor's C++ GEMM template (max-autotune), whose AVX-512 micro-kernels read ~25 GB/s of
   weights on this machine's AMD cores where MKL's fp32 GEMV reaches ~9; the verify graph uses oneDNN's
-  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. Both go into inductor's
-  on-disk cache (inductor_cache.py), so a later start skips their lowering and C++ build.
+  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. The verify graph goes into
+  inductor's on-disk cache (inductor_cache.py), so a later start skips its lowering and C++ build.
 - CUDA: inductor's default mode (fused kernels). CUDA graphs are not captured: they need the cache
   as static module buffers, which this path does not use.
 

@@ -47,13 +47,16 @@ def allow_frozen_onednn_weights() -> bool:
     refuse = validator.check_tensor
     reduce_tensor = pickler._reduce_tensor
 
-    def check_tensor(tensor: torch.Tensor) -> None:
+    def admitted(tensor: torch.Tensor) -> bool:
         # with max-autotune the C++ GEMM template stores ~1x the weights in the entry: refused as before
-        if not (tensor.is_mkldnn and is_frozen_param(tensor)) or torch._inductor.config.max_autotune:
+        return tensor.is_mkldnn and is_frozen_param(tensor) and not torch._inductor.config.max_autotune
+
+    def check_tensor(tensor: torch.Tensor) -> None:
+        if not admitted(tensor):
             refuse(tensor)
 
     def key_of_tensor(self, tensor: torch.Tensor):
-        if tensor.is_mkldnn and is_frozen_param(tensor):
+        if admitted(tensor):
             return codecache._ident, (
                 ("frozen oneDNN weight", tuple(tensor.shape), str(tensor.dtype), _digest(tensor)),
             )
