@@ -71,7 +71,7 @@ def bench_speed(args: argparse.Namespace) -> int:
 def bench_forward(args: argparse.Namespace) -> int:
     from backend.core.fast_forward import MAX_COMPILED_WIDTH
     from backend.core.target_passes import compile_mode
-    from backend.lab.bench_forward import forward_benchmark
+    from backend.lab.bench_forward import forward_benchmark, prefill_benchmark
 
     if max(args.widths) > MAX_COMPILED_WIDTH or args.context < 1 or args.repeats < 1:
         raise SpecScopeError(
@@ -89,10 +89,23 @@ def bench_forward(args: argparse.Namespace) -> int:
         profile=args.profile,
         progress=lambda label: print(label, file=sys.stderr, flush=True),
     )
+    if args.prefill:
+        if "compiled" not in modes:
+            raise SpecScopeError("--prefill times the compiled path's batched prefill: this target runs eager only")
+        report["prefill"] = prefill_benchmark(target, _spread_prompts(target, max(args.batch_sizes)), args.batch_sizes)
     print(format_forward_table(report))
     if args.json:
         print(json.dumps(report))
     return 0
+
+
+def _spread_prompts(target, count: int) -> list[list[int]]:
+    """First turns of `count` suite prompts spread evenly over the suite (so over its categories)."""
+    from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+
+    questions = load_suite(DEFAULT_SUITE)
+    step = max(1, len(questions) // count)
+    return [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions[::step][:count]]
 
 
 def format_forward_table(report: dict) -> str:
@@ -107,6 +120,13 @@ def format_forward_table(report: dict) -> str:
     for row in report["results"]:
         ratio = f"{row['vs_one_token']:.2f}x" if row["vs_one_token"] else "-"
         lines.append(f"{row['mode']:<10}{row['batch_size']:>4}{row['tokens']:>5}{row['ms']:>9.1f}{ratio:>9}")
+    if "prefill" in report:
+        lines += ["", "first token of a batch of suite prompts, compiled (median s): prefilled one by one / grouped"]
+        lines += [
+            f"  B={row['batch_size']:<3} {row['prompt_tokens']:>5} prompt tokens  {row['one_by_one_s']:6.2f} s  "
+            f"{row['grouped_s']:6.2f} s  {row['speedup']:.2f}x"
+            for row in report["prefill"]
+        ]
     for mode, by_width in report.get("profile", {}).items():
         for width, rows in by_width.items():
             lines += ["", f"{mode}, T={width}: top operators (self ms per pass, calls per pass)"]

@@ -140,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     forward.add_argument("--context", type=int, default=200, help="tokens already cached")
     forward.add_argument("--repeats", type=int, default=7)
     forward.add_argument("--profile", action="store_true", help="top operators of a 1- and a 9-token pass per mode")
+    forward.add_argument(
+        "--prefill",
+        action="store_true",
+        help="also time the first token of a batch of suite prompts at each batch size (compiled path), "
+        "prompts prefilled one by one beside grouped by length",
+    )
     forward.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(forward)
     forward.set_defaults(handler=lambda args: _bench("forward", args))

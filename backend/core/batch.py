@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.core.batch_cache import rows_cache
+from backend.core.batch_cache import PREFILL_TOKENS_PER_PASS, rows_cache
 from backend.core.drafter import Drafter
 from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent, kept_rows
 from backend.core.tree import TreeLayout
@@ -63,8 +63,11 @@ class BatchResult:
 
 
 class BatchEngine:
-    def __init__(self, engine: SpeculativeEngine) -> None:
+    def __init__(self, engine: SpeculativeEngine, prefill_tokens_per_pass: int = PREFILL_TOKENS_PER_PASS) -> None:
+        """`prefill_tokens_per_pass`: the most padded tokens one shared prefill pass of the compiled path
+        holds (0: every prompt alone; see batch_cache.prefill_groups)."""
         self.engine = engine
+        self.prefill_tokens_per_pass = prefill_tokens_per_pass
 
     def generate(self, prompts: list[list[int]], drafter: Drafter | None, settings: GenerationSettings) -> BatchResult:
         """Decode all prompts together (greedy or sampled, per-row seeds settings.seed + row)."""
@@ -77,7 +80,7 @@ class BatchEngine:
         times: dict[int, list[float]] = {row: [] for row in active}
         started = engine.clock()
         hidden_layers = drafter.target_hidden_layers if drafter else ()
-        cache = rows_cache(engine, sequences, hidden_layers)
+        cache = rows_cache(engine, sequences, hidden_layers, self.prefill_tokens_per_pass)
         prefill_s = engine.clock() - started
         try:
             while active:

@@ -6,7 +6,9 @@ same cache. Modes, widths and batch sizes are interleaved in shuffled order with
 a shared machine's drift does not favour one of them; figures are medians. Also measured in the same
 process: the memory roofline of plain decoding (the matmul weights read per token over the bandwidth
 of one large read) and plain decoding tokens/s of the engine in each mode. `profile` adds the top
-operators of a 1-token and a 9-token pass per mode (torch.profiler).
+operators of a 1-token and a 9-token pass per mode (torch.profiler). `prefill_benchmark` times the
+first token of a batch of real prompts on the compiled path, prompts prefilled one by one beside
+prompts of similar lengths prefilled together (batch_cache.prefill_groups).
 
 Knows nothing about printing; the CLI formats what `forward_benchmark` returns.
 """
@@ -19,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from backend.core.batch import BatchEngine
+from backend.core.batch_cache import PREFILL_TOKENS_PER_PASS
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.engine import device_clock as _clock
 from backend.core.kv import batched_forward, cached_forward, new_cache, stack_caches, trim_cache
@@ -84,6 +88,31 @@ def forward_benchmark(
             mode: {width: _profile(runners[(mode, batch_sizes[0])], width) for width in (1, 9)} for mode in modes
         }
     return report
+
+
+def prefill_benchmark(
+    target: LoadedModel, prompts: list[list[int]], batch_sizes: list[int], repeats: int = 3, seed: int = 0
+) -> list[dict]:
+    """Time to the first token of a batch of the first B prompts (plain greedy, compiled path), its
+    prompts prefilled one by one and grouped by length; medians over repeats, the two interleaved."""
+    engine = SpeculativeEngine(target.model, set(), target.facts.max_context, "on")
+    ways = {"one_by_one_s": BatchEngine(engine, 0), "grouped_s": BatchEngine(engine, PREFILL_TOKENS_PER_PASS)}
+    order = [(way, size) for way in ways for size in batch_sizes]
+    samples: dict[tuple[str, int], list[float]] = {key: [] for key in order}
+    shuffle = random.Random(seed)
+    for repeat in range(repeats + 1):  # the first round compiles the batched graphs and is not counted
+        shuffle.shuffle(order)
+        for way, size in order:
+            result = ways[way].generate(prompts[:size], None, GenerationSettings(max_new_tokens=1, draft_len=0))
+            if repeat:
+                samples[(way, size)].append(max(row.first_token_s for row in result.rows))
+    results = []
+    for size in batch_sizes:
+        row = {"batch_size": size, **{way: statistics.median(samples[(way, size)]) for way in ways}}
+        row["prompt_tokens"] = sum(len(prompt) for prompt in prompts[:size])
+        row["speedup"] = row["one_by_one_s"] / row["grouped_s"]
+        results.append(row)
+    return results
 
 
 def weight_bytes(target: LoadedModel) -> int:

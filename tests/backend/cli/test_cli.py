@@ -181,10 +181,15 @@ def test_bench_forward_times_eager_beside_compiled(tiny_folder):
         "20",
         "--repeats",
         "2",
+        "--prefill",
         "--json",
     )
     report = json.loads(result.stdout.splitlines()[-1])
     rows = {(r["mode"], r["batch_size"], r["tokens"]): r for r in report["results"]}
+    [prefill] = report["prefill"]  # a suite prompt's first token, prefilled alone and in its group of one
+    assert prefill["batch_size"] == 1 and prefill["prompt_tokens"] > 0 and prefill["grouped_s"] > 0
+    assert prefill["speedup"] == pytest.approx(prefill["one_by_one_s"] / prefill["grouped_s"])
+    assert "prefilled one by one / grouped" in result.stdout
     assert set(rows) == {(mode, 1, width) for mode in ("eager", "compiled") for width in (1, 4)}
     assert all(r["ms"] > 0 for r in rows.values()) and rows[("compiled", 1, 1)]["vs_one_token"] == 1.0
     assert set(report["plain_tps"]) == {"eager", "compiled"} and report["roofline_tps"] > 0

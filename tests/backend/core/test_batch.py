@@ -68,6 +68,18 @@ def test_row_timings_give_ttft_and_tpot(tiny, engine):
         assert row.time_per_output_token == pytest.approx((row.last_token_s - row.first_token_s) / 9)
 
 
+def test_prompts_of_similar_lengths_are_prefilled_together():
+    from backend.core.batch_cache import PREFILL_TOKENS_PER_PASS, prefill_groups
+
+    assert prefill_groups([11, 1, 16, 0, 7]) == [[3], [1], [4, 0], [2]]  # PROMPTS: 7 and 11 share a pass
+    assert prefill_groups([40, 42, 41, 90, 44]) == [[0, 2, 1, 4], [3]]  # 90 would pad the others past a quarter
+    long = PREFILL_TOKENS_PER_PASS // 2 + 1
+    assert prefill_groups([long, long, 30, 30]) == [[2, 3], [0], [1]]  # two long prompts exceed one pass's tokens
+    groups = prefill_groups([30] * 40)
+    assert sorted(row for group in groups for row in group) == list(range(40))
+    assert all(len(group) * 30 <= PREFILL_TOKENS_PER_PASS for group in groups) and len(groups) == 3
+
+
 @pytest.mark.slow
 def test_batched_rows_equal_single_sequences_on_the_default_model(default_model):
     from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
