@@ -17,8 +17,8 @@ trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 - CPU: inductor with weight freezing (the weights become constants, packed once). The one-token graph
   uses inductor's C++ GEMM template (max-autotune), whose AVX-512 micro-kernels read ~25 GB/s of
   weights on this machine's AMD cores where MKL's fp32 GEMV reaches ~9; the verify graph uses oneDNN's
-  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. The verify graph goes into
-  inductor's on-disk cache (inductor_cache.py), so a later start skips its lowering and C++ build.
+  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. Both graphs go into
+  inductor's on-disk cache (inductor_cache.py), so a later start skips their lowering and C++ builds.
 - CUDA: inductor's default mode (fused kernels). CUDA graphs are not captured: they need the cache
   as static module buffers, which this path does not use.
 
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend.core.inductor_cache import allow_frozen_onednn_weights
+from backend.core.inductor_cache import allow_frozen_onednn_weights, keyed_by, linear_weights_digest
 from backend.core.kv import ForwardResult
 from backend.core.static_kv import StaticKV
 from backend.core.tree import Visibility
@@ -176,8 +176,8 @@ class FastForward:
         # inductor reads freezing outside torch.compile's `options`, so the settings are patched around each
         # call (a graph compiles at its first call); on CUDA the defaults stand
         on_cpu = compiled and self.device.type == "cpu"
-        if on_cpu:
-            allow_frozen_onednn_weights()
+        # the weights freezing packs, named for inductor's on-disk cache (inductor_cache.py)
+        self._packed_weights = linear_weights_digest(self.module) if on_cpu and allow_frozen_onednn_weights() else None
         self._settings = {1: CPU_ONE_TOKEN if on_cpu else {}, 2: CPU_VERIFY if on_cpu else {}}
 
     def new_cache(self, capacity: int, batch: int = 1) -> StaticKV:
@@ -202,7 +202,7 @@ class FastForward:
                     torch._dynamo.mark_dynamic(tensor, dim, min=2, max=MAX_COMPILED_WIDTH)
             for tensor in (ids, *seen):  # and one for every batch size above 1
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
-            with torch._inductor.config.patch(self._settings[min(width, 2)]):
+            with torch._inductor.config.patch(self._settings[min(width, 2)]), keyed_by(self._packed_weights):
                 logits, hidden = self._graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
         cache.lengths = cache.lengths + width
         return ForwardResult(logits, tuple(hidden.unbind(0)))

@@ -8,14 +8,16 @@ Yet a frozen parameter never needs pickling: a cached graph re-attaches its froz
 from the graph being compiled (torch/_inductor/output_code.py: `CompiledFxGraph` keeps
 `frozen_param_names`, `CompiledFxGraphConstantsWithGm` looks them up), and freezing runs again at every
 start and packs the weights under the same names. This module exempts frozen oneDNN tensors from that
-refusal. Inductor keys other frozen parameters by metadata alone; these are keyed by their values too
-(a hash of the dense weights, ~1 s for the default target), because lowering may derive new constants
-from them that the cache entry stores: the C++ GEMM template re-blocks each weight
+refusal. Inductor keys other frozen parameters by metadata alone; these are keyed by the values of
+the weights they were packed from too, because lowering may derive new constants from them that the
+cache entry stores: the C++ GEMM template re-blocks each weight
 (torch/_inductor/codegen/cpp_gemm_template.py), so a graph cached for one checkpoint would otherwise
-serve another of the same shapes with stale weights. Graphs built with max-autotune (the one-token
-graph, which uses that template) and unfrozen oneDNN tensors are refused as before: the template's
-entry holds a re-blocked copy of every weight (~520 MB for the default target), and its key was seen to
-differ between processes, so caching it only filled the disk.
+serve another of the same shapes with stale weights. The packed tensors themselves cannot be hashed:
+some oneDNN layouts carry uninitialised padding, so their bytes differ between two processes packing
+the same weights (seen on the default target's one-token graph, whose key then never matched). The
+caller names the weights instead: `keyed_by(linear_weights_digest(module))` around a compiled call;
+outside it, oneDNN tensors are refused as before. A one-token graph's entry holds the template's
+re-blocked copy of every weight (~520 MB for the default target).
 
 Written for torch 2.13 (the pinned version): `allow_frozen_onednn_weights` checks the two hooks exist
 and otherwise leaves inductor as it is. Knows nothing about models or the passes that use the cache.
@@ -24,10 +26,15 @@ and otherwise leaves inductor as it is. Knows nothing about models or the passes
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
+from torch import nn
 
 _applied = False
+_weights: ContextVar[str | None] = ContextVar("packed_weights_digest", default=None)
 
 
 def allow_frozen_onednn_weights() -> bool:
@@ -48,8 +55,7 @@ def allow_frozen_onednn_weights() -> bool:
     reduce_tensor = pickler._reduce_tensor
 
     def admitted(tensor: torch.Tensor) -> bool:
-        # with max-autotune the C++ GEMM template stores ~1x the weights in the entry: refused as before
-        return tensor.is_mkldnn and is_frozen_param(tensor) and not torch._inductor.config.max_autotune
+        return tensor.is_mkldnn and is_frozen_param(tensor) and _weights.get() is not None
 
     def check_tensor(tensor: torch.Tensor) -> None:
         if not admitted(tensor):
@@ -57,9 +63,7 @@ def allow_frozen_onednn_weights() -> bool:
 
     def key_of_tensor(self, tensor: torch.Tensor):
         if admitted(tensor):
-            return codecache._ident, (
-                ("frozen oneDNN weight", tuple(tensor.shape), str(tensor.dtype), _digest(tensor)),
-            )
+            return codecache._ident, (("frozen oneDNN weight", tuple(tensor.shape), str(tensor.dtype), _weights.get()),)
         return reduce_tensor(self, tensor)
 
     validator.check_tensor = staticmethod(check_tensor)
@@ -68,7 +72,25 @@ def allow_frozen_onednn_weights() -> bool:
     return True
 
 
-def _digest(tensor: torch.Tensor) -> str:
-    """A hash of a oneDNN tensor's values, read in the plain dense layout."""
-    dense = tensor.to_dense().contiguous()
-    return hashlib.blake2b(dense.view(torch.uint8).numpy().data, digest_size=16).hexdigest()
+@contextmanager
+def keyed_by(weights: str | None) -> Iterator[None]:
+    """Graphs compiled inside this block key their frozen oneDNN weights by `weights` (a digest of the
+    weights they are packed from); with None they are refused, as inductor refuses them."""
+    token = _weights.set(weights)
+    try:
+        yield
+    finally:
+        _weights.reset(token)
+
+
+def linear_weights_digest(module: nn.Module) -> str:
+    """A hash of the names, shapes and values of every linear layer's weight and bias: what freezing
+    packs into oneDNN tensors (on the CPU, where the values are read)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, layer in module.named_modules():  # a tied LM head counts as the Linear it is
+        if isinstance(layer, nn.Linear):
+            for tensor in (layer.weight, layer.bias):
+                if tensor is not None:
+                    digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+                    digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().data)
+    return digest.hexdigest()
