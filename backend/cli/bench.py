@@ -9,10 +9,14 @@ import argparse
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from backend.cli.common import drafter_options, load_target, quiet_libraries
 from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
+
+if TYPE_CHECKING:
+    from backend.core.models import LoadedModel
 
 
 def _checked_questions(args: argparse.Namespace) -> list:
@@ -79,6 +83,8 @@ def bench_forward(args: argparse.Namespace) -> int:
         )
     target = load_target(args)
     modes = ["eager", "compiled"] if compile_mode(target.model, target.compile) == "on" else ["eager"]
+    if args.prefill and "compiled" not in modes:
+        raise SpecScopeError("--prefill times the compiled path's batched prefill: this target runs eager only")
     report = forward_benchmark(
         target,
         modes,
@@ -90,8 +96,6 @@ def bench_forward(args: argparse.Namespace) -> int:
         progress=lambda label: print(label, file=sys.stderr, flush=True),
     )
     if args.prefill:
-        if "compiled" not in modes:
-            raise SpecScopeError("--prefill times the compiled path's batched prefill: this target runs eager only")
         report["prefill"] = prefill_benchmark(target, _spread_prompts(target, max(args.batch_sizes)), args.batch_sizes)
     print(format_forward_table(report))
     if args.json:
@@ -99,7 +103,7 @@ def bench_forward(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spread_prompts(target, count: int) -> list[list[int]]:
+def _spread_prompts(target: LoadedModel, count: int) -> list[list[int]]:
     """First turns of `count` suite prompts spread evenly over the suite (so over its categories)."""
     from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
 
