@@ -13,6 +13,8 @@ import json
 import re
 import time
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from backend.lab.prompts import DEFAULT_SUITE, load_suite
 from backend.serving.client import WorkerClient
 from tests.helpers.browser import BROWSER_TEST, SHOTS
@@ -137,9 +139,15 @@ def test_hover_a_point_on_the_pareto_page(browser_page, e2e_worker):
     points = chart.locator(".scatterlayer .trace .points path")
     points.first.wait_for()
     assert points.count() == 4
-    points.first.hover(force=True)
     label = chart.locator(".hoverlayer .hovertext")
-    label.first.wait_for()
+    for _ in range(6):  # a hover that lands while Streamlit redraws the chart is lost: move away and hover again
+        points.first.hover(force=True)
+        try:
+            label.first.wait_for(timeout=10_000)
+            break
+        except PlaywrightTimeout:
+            page.mouse.move(0, 0)
+    label.first.wait_for(timeout=1_000)
     text = label.first.text_content()
     assert re.search(r"(none|ngram) D=\d+ B=[12]", text) and "tok/s" in text, text
     page.screenshot(path=str(SHOTS / "pareto.png"), full_page=True)
