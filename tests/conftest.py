@@ -13,6 +13,9 @@ torch.set_num_threads(max(1, torch.get_num_threads()))
 # Workers and CLI runs started by tests take the eager path unless a test asks for `--compile on`:
 # compiling costs tens of seconds per model, so the compiled path is tested on a focused set.
 os.environ["SPECSCOPE_COMPILE"] = "off"
+# Compiled passes run on torch.compile's graphs unless a test asks for ahead-of-time packages
+# (test_aot_packages.py): building a model's packages costs ~50 s.
+os.environ["SPECSCOPE_PACKAGED_GRAPHS"] = "off"
 # Workers started by tests import no reference sweep unless a test gives one (`--reference FOLDER`):
 # the shipped reference would otherwise join every test worker's store.
 os.environ["SPECSCOPE_REFERENCE"] = "off"

@@ -17,8 +17,10 @@ trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 - CPU: inductor with weight freezing (the weights become constants, packed once). The one-token graph
   uses inductor's C++ GEMM template (max-autotune), whose AVX-512 micro-kernels read ~25 GB/s of
   weights on this machine's AMD cores where MKL's fp32 GEMV reaches ~9; the verify graph uses oneDNN's
-  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. Both graphs go into
-  inductor's on-disk cache (inductor_cache.py), so a later start skips their lowering and C++ builds.
+  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. The single-sequence graphs
+  are built ahead of time into packages a later start loads in seconds (aot_packages.py); batches of two
+  or more rows use torch.compile's graphs, kept in inductor's on-disk cache (inductor_cache.py), so a
+  later start skips their lowering and C++ builds.
 - CUDA: inductor's default mode (fused kernels). CUDA graphs are not captured: they need the cache
   as static module buffers, which this path does not use.
 
@@ -36,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend.core.aot_packages import PackagedGraphs, packages_enabled
 from backend.core.inductor_cache import allow_frozen_onednn_weights, keyed_by, linear_weights_digest
 from backend.core.kv import ForwardResult
 from backend.core.static_kv import StaticKV
@@ -172,13 +175,17 @@ class FastForward:
         self.head_dim = model.get_decoder().layers[0].self_attn.head_dim
         self.module = _FusedModel(model).eval()
         self.compiled = compiled
-        self._graphs: Callable = torch.compile(self.module) if compiled else self.module
+        self._graphs: Callable | None = None if compiled else self.module  # torch.compile's: made when first needed
         # inductor reads freezing outside torch.compile's `options`, so the settings are patched around each
         # call (a graph compiles at its first call); on CUDA the defaults stand
         on_cpu = compiled and self.device.type == "cpu"
-        # the weights freezing packs, named for inductor's on-disk cache (inductor_cache.py)
-        self._packed_weights = linear_weights_digest(self.module) if on_cpu and allow_frozen_onednn_weights() else None
         self._settings = {1: CPU_ONE_TOKEN if on_cpu else {}, 2: CPU_VERIFY if on_cpu else {}}
+        self._weights = linear_weights_digest(self.module) if on_cpu else None  # the weights freezing packs
+        self._packed_weights: str | None = None  # _weights, once inductor's on-disk cache takes them
+        self.packages: PackagedGraphs | None = None  # single-sequence graphs compiled ahead of time (aot_packages.py)
+        if self._weights and packages_enabled(self.device):
+            identity = f"{self._weights}\n{config.to_json_string()}"
+            self.packages = PackagedGraphs(self.module, self.new_cache, identity, self._settings, MAX_COMPILED_WIDTH)
 
     def new_cache(self, capacity: int, batch: int = 1) -> StaticKV:
         return StaticKV.allocate(self.layers, batch, self.kv_heads, capacity, self.head_dim, self.dtype, self.device)
@@ -202,10 +209,25 @@ class FastForward:
                     torch._dynamo.mark_dynamic(tensor, dim, min=2, max=MAX_COMPILED_WIDTH)
             for tensor in (ids, *seen):  # and one for every batch size above 1
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
-            with torch._inductor.config.patch(self._settings[min(width, 2)]), keyed_by(self._packed_weights):
-                logits, hidden = self._graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
+            packaged = self.packages.runner(width) if self.packages and self.packages.fits(batch, cache) else None
+            if packaged:  # exported shapes only, dense as exported: a package checks nothing
+                dense = (ids.contiguous(), *(tensor.contiguous() for tensor in seen))
+                logits, hidden = packaged(dense[0], cache.lengths, cache.keys, cache.values, *dense[1:])
+            else:
+                graphs = self._compiled()  # first, as it names the packed weights
+                with torch._inductor.config.patch(self._settings[min(width, 2)]), keyed_by(self._packed_weights):
+                    logits, hidden = graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
         cache.lengths = cache.lengths + width
         return ForwardResult(logits, tuple(hidden.unbind(0)))
+
+    def _compiled(self) -> Callable:
+        """torch.compile's graphs (made at the first pass that needs them: a start served by packages
+        never imports the compiler), their frozen weights named for inductor's on-disk cache."""
+        if self._graphs is None:
+            self._graphs = torch.compile(self.module)
+            if self._weights and allow_frozen_onednn_weights():
+                self._packed_weights = self._weights
+        return self._graphs
 
 
 def _concatenated(linears: list[nn.Linear]) -> nn.Linear:

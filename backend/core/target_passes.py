@@ -140,15 +140,24 @@ class CompiledPasses:
         """The fast path's own attention takes any tree: nothing to check."""
 
     def warm_up(self, progress: Callable[[str], None] | None = None, batched: bool = False) -> None:
-        """Compile the graphs now, single-sequence ones, and with `batched` those for batches of two or
-        more rows (each a minute or two on a small CPU); then run every width once, since oneDNN builds
-        a kernel for each new row count on its first use (~0.1 s each, which a timed step would pay)."""
+        """Compile the graphs now, single-sequence ones (or load their packages, aot_packages.py), and with
+        `batched` those for batches of two or more rows (each a minute or two on a small CPU); then run
+        every width of torch.compile's graphs once, since oneDNN builds a kernel for each new row count on
+        its first use (~0.1 s each, which a timed step would pay; a package's first passes cost no more
+        than its later ones)."""
+        packages = self.fast.packages
         for rows in (1, 2) if batched else (1,):
             for width in WARM_UP_WIDTHS:
                 if progress:
                     kind = "one-token" if width == 1 else "verify"
-                    progress(f"compiling the target's {kind} pass" + (" for batches" if rows > 1 else ""))
+                    packaged = rows == 1 and packages and packages.path(min(width, 2)).exists()
+                    doing = "loading the compiled" if packaged else "compiling the"
+                    progress(f"{doing} target's {kind} pass" + (" for batches" if rows > 1 else ""))
                 self._run_once(rows, width)
+            if rows == 1 and packages and packages.loaded() == [1, 2]:
+                continue
+            if progress and rows == 1 and packages and packages.failure:
+                progress(f"no ahead-of-time package ({packages.failure}): torch.compile's graphs serve")
             if progress:
                 progress("first use of every verify width")
             for width in range(2, MAX_COMPILED_WIDTH + 1):

@@ -1,0 +1,243 @@
+"""Ahead-of-time compiled graphs of the fast path (AOTInductor packages), so a later start loads the
+target's single-sequence graphs instead of tracing and freezing them again.
+
+Why: inductor's on-disk cache (inductor_cache.py) spares a later start the lowering and the C++ build,
+but not dynamo's tracing, functionalisation and weight freezing (over two minutes for the default target
+on 2 CPU cores; AOTAutograd's cache refuses frozen graphs). An AOTInductor package is the finished
+graph: a shared library holding the frozen, packed weights (torch/_inductor/__init__.py:
+`aoti_compile_and_package`), kept unpacked in a folder and loaded by AOTInductor's package loader in
+about a second. Two packages per target, built at the first start and loaded at later ones: one token
+(B = 1, T = 1) and verify (B = 1, 2 <= T <= the widest compiled pass), both with the cache capacity
+symbolic in steps of CAPACITY_STEP slots. The KV cache tensors are inputs the graph writes in place, as
+in the JIT graphs. Batches of two or more rows stay on torch.compile.
+
+A package checks nothing when called (no guards): its folder's name is a digest of everything it depends
+on (every weight's value, the model's config, the inductor settings, torch's build, the CPU, and the
+source of this module and of the graph's), callers pass only shapes it was exported for (`fits`), and a
+loaded package must match the eager module on a probe pass before it is used. Any failure leaves the
+caller on torch.compile, with the reason kept in `failure`. A new build replaces the older packages of
+the same weights. SPECSCOPE_PACKAGED_GRAPHS=off turns packages off.
+
+Knows nothing about drafting, engines or serving.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import platform
+import shutil
+import tempfile
+import zipfile
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.export import Dim
+
+from backend.core.inductor_cache import tensors_digest
+from backend.core.static_kv import CAPACITY_STEP, StaticKV
+from backend.core.tree import Visibility
+
+SWITCH = "SPECSCOPE_PACKAGED_GRAPHS"
+MAX_CAPACITY_STEPS = 512  # caches of up to 65,536 slots take the packages; longer ones torch.compile
+PROBE_CAPACITY, PROBE_LENGTH = 2 * CAPACITY_STEP, 5
+PROBE_TOLERANCE = 1e-2  # of the largest logit: packages differ from eager by float rounding (~1e-5 of it)
+
+
+def packages_enabled(device: torch.device) -> bool:
+    """Packages serve the CPU (where tracing costs minutes), unless SPECSCOPE_PACKAGED_GRAPHS=off."""
+    return device.type == "cpu" and os.environ.get(SWITCH, "on") != "off"
+
+
+def package_folder() -> Path:
+    """Beside inductor's own cache ($TORCHINDUCTOR_CACHE_DIR where set), so clearing one clears both."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / "specscope_packages"
+
+
+class PackagedGraphs:
+    """The one-token and verify packages of one fused module (fast_forward._FusedModel), built or loaded on
+    first use. `runner(width)` is the package serving that width, or None (then use torch.compile)."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        new_cache: Callable[[int, int], StaticKV],
+        identity: str,
+        settings: dict[int, dict],
+        max_width: int,
+        folder: Path | None = None,
+    ) -> None:
+        """`identity` names the weights and config the graphs freeze in (the caller hashes them once);
+        `settings` are inductor's per kind (1: one token, 2: verify); `new_cache(capacity, batch)`."""
+        self.module = module
+        self.new_cache = new_cache
+        self.settings = settings
+        self.max_width = max_width
+        self.folder = folder or package_folder()
+        self.identity = identity
+        self.failure: str | None = None
+        self.built: list[str] = []  # kinds built by this process (the rest were loaded)
+        self._runners: dict[int, Callable | None] = {}
+
+    def fits(self, batch: int, cache: StaticKV) -> bool:
+        """Whether a pass of `batch` rows over `cache` has a shape the packages were exported for."""
+        capacity = cache.capacity
+        within = capacity % CAPACITY_STEP == 0 and capacity <= MAX_CAPACITY_STEPS * CAPACITY_STEP
+        return batch == 1 and within and all(t.is_contiguous() for t in (cache.lengths, *cache.keys, *cache.values))
+
+    def loaded(self) -> list[int]:
+        """The kinds (1: one token, 2: verify) whose package serves passes now."""
+        return sorted(kind for kind, runner in self._runners.items() if runner is not None)
+
+    def runner(self, width: int) -> Callable | None:
+        kind = min(width, 2)
+        if kind not in self._runners:
+            self._runners[kind] = self._prepare(kind)
+        return self._runners[kind]
+
+    def path(self, kind: int) -> Path:
+        return self.folder / f"{self._family(kind)}-{self._key(kind)}"
+
+    def _family(self, kind: int) -> str:
+        """The packages of one kind for these weights: a newer build (torch, settings, source) replaces the
+        older one; another model's packages stay."""
+        weights = hashlib.sha1(self.identity.encode()).hexdigest()[:12]
+        return f"{'one-token' if kind == 1 else 'verify'}-{weights}"
+
+    def _prepare(self, kind: int) -> Callable | None:
+        path = self.path(kind)
+        try:
+            if not path.exists():
+                self._build(kind, path)
+                self.built.append(path.name)
+            runner = _LoadedPackage(path)
+            self._probe(runner, kind)
+            return runner
+        except Exception as error:  # an export, a C++ build or a stale package: torch.compile takes over
+            self.failure = f"{path.name}: {(str(error).strip().splitlines() or [type(error).__name__])[0][:200]}"
+            return None
+
+    def _build(self, kind: int, path: Path) -> None:
+        """Export the module at this kind's shapes and compile it into a package, written whole or not at all."""
+        width = Dim("width", min=2, max=self.max_width) if kind == 2 else None
+        capacity = CAPACITY_STEP * Dim("capacity_steps", min=1, max=MAX_CAPACITY_STEPS)
+        layers = len(self.module.layers)
+        shapes = {
+            "ids": {1: width} if width else None,
+            "lengths": None,
+            "keys": [{2: capacity}] * layers,
+            "values": [{2: capacity}] * layers,
+            "offsets": {1: width} if width else None,
+            "among": {1: width, 2: width} if width else None,
+        }
+        from torch._inductor.utils import fresh_cache  # imports the compiler (~1 s), which a loading start skips
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.folder) as scratch:  # what the build writes, removed after
+            archive = Path(scratch) / "package.pt2"
+            with torch.no_grad(), fresh_cache(dir=scratch):  # freezing needs no_grad (torch/_inductor/compile_fx.py)
+                example = self._example(1 if kind == 1 else 4)
+                program = torch.export.export(self.module, example, dynamic_shapes=shapes)
+                settings = dict(self.settings[kind])  # a copy: inductor writes to it
+                torch._inductor.aoti_compile_and_package(program, package_path=str(archive), inductor_configs=settings)
+            with zipfile.ZipFile(archive) as package:  # kept unpacked: loading then extracts nothing
+                package.extractall(Path(scratch) / "unpacked")
+            try:
+                os.replace(Path(scratch) / "unpacked", path)
+            except OSError:  # another process finished the same package first
+                if not path.is_dir():
+                    raise
+        for stale in self.folder.glob(f"{self._family(kind)}-*"):
+            if stale != path:
+                shutil.rmtree(stale, ignore_errors=True)
+
+    def _example(self, width: int) -> tuple:
+        """Inputs of a pass of `width` new tokens after PROBE_LENGTH cached ones (random, so a probe reads)."""
+        generator = torch.Generator().manual_seed(width)
+        cache = self.new_cache(PROBE_CAPACITY, 1)
+        for tensor in (*cache.keys, *cache.values):
+            tensor.copy_(torch.randn(tensor.shape, generator=generator))
+        cache.lengths.fill_(PROBE_LENGTH)
+        vocabulary = self.module.embed.num_embeddings
+        device = cache.lengths.device
+        ids = torch.randint(0, vocabulary, (1, width), generator=generator).to(device)  # [1, T]
+        return (ids, cache.lengths, cache.keys, cache.values, *Visibility.chains(1, width, device))
+
+    def _probe(self, runner: Callable, kind: int) -> None:
+        """Raise unless the package computes what the eager module does, cache writes included."""
+        width = 1 if kind == 1 else 3
+        mine, theirs = self._example(width), self._example(width)
+        with torch.no_grad():
+            logits, hidden = runner(*mine)
+            want_logits, want_hidden = self.module(*theirs)
+        scale = float(want_logits.abs().max().clamp(min=1.0))
+        gaps = {
+            "logits": float((logits - want_logits).abs().max()) / scale,
+            "hidden states": float((hidden - want_hidden).abs().max()) / float(want_hidden.abs().max().clamp(min=1.0)),
+            "cached keys": float((mine[2][-1] - theirs[2][-1]).abs().max()),
+        }
+        wrong = [f"{name} off by {gap:.2g}" for name, gap in gaps.items() if not gap <= PROBE_TOLERANCE]
+        if wrong:
+            raise RuntimeError(f"the package disagrees with the eager graph ({', '.join(wrong)})")
+
+    def _key(self, kind: int) -> str:
+        digest = hashlib.sha1(self._common_key.encode())
+        digest.update(f"{kind} {sorted(self.settings[kind].items())}".encode())
+        return digest.hexdigest()[:24]
+
+    @cached_property
+    def _common_key(self) -> str:
+        """What both packages depend on besides their settings (hashed once: it reads every weight)."""
+        parts = (
+            self.identity,
+            _other_tensors_digest(self.module),
+            f"{self.max_width} {MAX_CAPACITY_STEPS} {CAPACITY_STEP}",
+            torch.__version__,
+            str(torch.version.git_version),
+            _machine(),
+            _source_digest(type(self.module)),
+            _source_digest(PackagedGraphs),
+        )
+        return "\n".join(parts)
+
+
+class _LoadedPackage:
+    """A package's graph, called as the module it was exported from is (tensors and lists of tensors;
+    here ids, lengths, keys, values, offsets, among -> logits, hidden), its inputs passed flat in the
+    exported call spec's order. Loaded from the unpacked folder by AOTInductor's package loader, as
+    torch._inductor.aoti_load_package does after extracting an archive to a temporary folder (which a
+    killed process would leave behind, ~650 MB each)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.loader = torch._C._aoti.AOTIModelPackageLoader(str(folder), "model", False, 1, -1)
+
+    def __call__(self, *inputs: torch.Tensor | list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = [tensor for item in inputs for tensor in (item if isinstance(item, list) else [item])]
+        logits, hidden = self.loader.boxed_run(flat)
+        return logits, hidden
+
+
+def _other_tensors_digest(module: nn.Module) -> str:
+    """A hash of the parameters and buffers outside linear layers (norms, embedding, rotary frequencies):
+    the caller's identity covers the linear weights (inductor_cache.linear_weights_digest)."""
+    linear = {id(t) for m in module.modules() if isinstance(m, nn.Linear) for t in m.parameters(recurse=False)}
+    named = (*module.named_parameters(), *module.named_buffers())
+    return tensors_digest((name, tensor) for name, tensor in named if id(tensor) not in linear)
+
+
+def _machine() -> str:
+    """The CPU the C++ code was built for (inductor compiles for the build machine's instruction set)."""
+    cpu = Path("/proc/cpuinfo")
+    lines = cpu.read_text().splitlines() if cpu.exists() else []
+    described = [line for line in lines if line.startswith(("model name", "flags"))][:2]
+    return " ".join([platform.machine(), str(torch.backends.cpu.get_cpu_capability()), *described])
+
+
+def _source_digest(cls: type) -> str:
+    return hashlib.sha1(Path(inspect.getfile(cls)).read_bytes()).hexdigest()
