@@ -39,6 +39,7 @@ from torch import nn
 from torch.export import Dim
 
 from backend.core.inductor_cache import tensors_digest
+from backend.core.inductor_templates import compile_templates_once
 from backend.core.static_kv import CAPACITY_STEP, StaticKV
 from backend.core.tree import Visibility
 
@@ -137,6 +138,8 @@ class PackagedGraphs:
             "among": {1: width, 2: width} if width else None,
         }
         from torch._inductor.utils import fresh_cache  # imports the compiler (~1 s), which a loading start skips
+
+        compile_templates_once()
 
         self.folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.folder) as scratch:  # what the build writes, removed after

@@ -40,6 +40,7 @@ from torch import nn
 
 from backend.core.aot_packages import PackagedGraphs, packages_enabled
 from backend.core.inductor_cache import allow_frozen_onednn_weights, keyed_by, linear_weights_digest
+from backend.core.inductor_templates import compile_templates_once
 from backend.core.kv import ForwardResult
 from backend.core.static_kv import StaticKV
 from backend.core.tree import Visibility
@@ -225,6 +226,7 @@ class FastForward:
         never imports the compiler), their frozen weights named for inductor's on-disk cache."""
         if self._graphs is None:
             self._graphs = torch.compile(self.module)
+            compile_templates_once()
             if self._weights and allow_frozen_onednn_weights():
                 self._packed_weights = self._weights
         return self._graphs

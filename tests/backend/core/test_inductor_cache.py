@@ -2,7 +2,8 @@
 on-disk graph cache, as a later start needs: a new process with the same packed weights reads both
 graphs (the verify graph and the one-token graph, built with max-autotune) from the cache, other frozen
 weights (such as a norm's) read live; one with a changed packed weight builds new graphs. Each compile
-runs in a fresh process, as a start does."""
+runs in a fresh process, as a start does. Inductor's kernel templates are compiled once per source
+(inductor_templates.py) and render as before."""
 
 from __future__ import annotations
 
@@ -61,3 +62,14 @@ def test_frozen_onednn_weights_are_cached_by_value_and_other_frozen_weights_read
     torch.testing.assert_close(torch.tensor(norm["logits"]), 2 * torch.tensor(first["logits"]))
     packed = verify_pass("packed", tmp_path)
     assert packed["counters"]["fxgraph_cache_miss"] == 2 and packed["as_eager"]  # rebuilt with the new weight
+
+
+def test_inductor_compiles_each_template_source_once_and_renders_it_as_before():
+    from torch._inductor.codegen.common import KernelTemplate
+
+    from backend.core.inductor_templates import compile_templates_once
+
+    assert compile_templates_once()
+    template = KernelTemplate._template_from_string("{{ rows }} x {{ columns|indent_except_first(1) }}")
+    assert KernelTemplate._template_from_string("{{ rows }} x {{ columns|indent_except_first(1) }}") is template
+    assert template.render(rows=1, columns="a\nb") == "1 x a\n    b" and template.render(rows=2, columns="c") == "2 x c"
