@@ -83,7 +83,7 @@ class PackagedGraphs:
         self.folder = folder or package_folder()
         self.identity = identity
         self.failure: str | None = None
-        self.built: list[str] = []  # kinds built by this process (the rest were loaded)
+        self.built: list[str] = []  # names of the packages this process built (the others it loaded)
         self._runners: dict[int, Callable | None] = {}
 
     def fits(self, batch: int, cache: StaticKV) -> bool:
