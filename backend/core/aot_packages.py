@@ -38,6 +38,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
+from backend.core.errors import first_line
 from backend.core.inductor_cache import tensors_digest
 from backend.core.inductor_templates import compile_templates_once
 from backend.core.static_kv import CAPACITY_STEP, StaticKV
@@ -121,7 +122,7 @@ class PackagedGraphs:
             self._probe(runner, kind)
             return runner
         except Exception as error:  # an export, a C++ build or a stale package: torch.compile takes over
-            self.failure = f"{path.name}: {(str(error).strip().splitlines() or [type(error).__name__])[0][:200]}"
+            self.failure = f"{path.name}: {first_line(error)[:200]}"
             return None
 
     def _build(self, kind: int, path: Path) -> None:

@@ -11,3 +11,8 @@ class SpecScopeError(Exception):
 
 class ModelLoadError(SpecScopeError):
     """A model or tokenizer could not be loaded from the given spec."""
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's message cut to its first line (its type's name when it has none)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

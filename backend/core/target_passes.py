@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from backend.core.errors import SpecScopeError
+from backend.core.errors import SpecScopeError, first_line
 from backend.core.fast_forward import MAX_COMPILED_WIDTH, FastForward, compiler_reason, fast_path_reason
 from backend.core.kv import (
     ForwardResult,
@@ -196,7 +196,7 @@ def prepare(model, choice: str, progress: Callable[[str], None] | None = None) -
         if passes.compile == "off":
             raise
         _COMPILED.pop(model, None)
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        reason = first_line(error)[:200]
         if choice == "on":
             raise SpecScopeError(f"compiling the target's passes failed: {reason}") from error
         if progress:
