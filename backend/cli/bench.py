@@ -105,11 +105,11 @@ def bench_forward(args: argparse.Namespace) -> int:
 
 def _spread_prompts(target: LoadedModel, count: int) -> list[list[int]]:
     """First turns of `count` suite prompts spread evenly over the suite (so over its categories)."""
-    from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+    from backend.lab.prompts import DEFAULT_SUITE, first_turn_ids, load_suite
 
     questions = load_suite(DEFAULT_SUITE)
     step = max(1, len(questions) // count)
-    return [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions[::step][:count]]
+    return [first_turn_ids(target.tokenizer, q) for q in questions[::step][:count]]
 
 
 def format_forward_table(report: dict) -> str:

@@ -98,3 +98,8 @@ def encode_conversation(
         return tokenizer(turns[0])["input_ids"]  # a raw prompt, continued as it is
     pieces = [piece for pair in zip(turns, [*answers, ""], strict=True) for piece in pair if piece]
     return tokenizer("\n\n".join(pieces) + "\n\n")["input_ids"]
+
+
+def first_turn_ids(tokenizer: PreTrainedTokenizerBase, question: Question) -> list[int]:
+    """Token ids of a question's first turn asked alone: the single-turn prompt sweeps and cards use."""
+    return encode_conversation(tokenizer, [question.turns[0]], [])

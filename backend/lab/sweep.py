@@ -30,7 +30,7 @@ from backend.core.verify import SamplingParams
 from backend.drafters import REGISTRY, TREE_DRAFTERS, DrafterOptions, all_options, build_drafter
 from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
 from backend.lab.labels import variant_label
-from backend.lab.prompts import Question, encode_conversation
+from backend.lab.prompts import Question, first_turn_ids
 from backend.lab.recorder import RunPlan, RunRecorder, software
 from backend.lab.store import RunStore
 
@@ -83,7 +83,7 @@ def run_sweep(
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
-    prompts = [encode_conversation(target.tokenizer, [q.turns[0]], []) for q in questions]
+    prompts = [first_turn_ids(target.tokenizer, q) for q in questions]
     configs = [  # (temperature, drafter, D, swept options, tree budget): plain (D = 0) at each temperature
         (t, name, d, combo, budget)
         for t in temperatures

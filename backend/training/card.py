@@ -17,7 +17,7 @@ from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
 from backend.drafters.shipped import CARD_FILE, MODEL_CARD_FILE
 from backend.lab.analysis import bootstrap_al_ci
-from backend.lab.prompts import DEFAULT_SUITE, encode_conversation, load_suite
+from backend.lab.prompts import DEFAULT_SUITE, first_turn_ids, load_suite
 from backend.training.loop import TrainReport, TrainSettings
 
 
@@ -36,7 +36,7 @@ def suite_acceptance(
         settings = GenerationSettings(max_new_tokens, draft_len=draft_len)
         per_prompt: dict[str, list[tuple[int, int]]] = {}
         for question in questions:
-            prompt = encode_conversation(target.tokenizer, [question.turns[0]], [])
+            prompt = first_turn_ids(target.tokenizer, question)
             stats = acceptance_stats(engine.generate(prompt, drafter, settings).run().steps)
             per_prompt.setdefault(question.category, []).append((stats.accepted_tokens, stats.drafting_steps))
         for category, counts in sorted(per_prompt.items()):
