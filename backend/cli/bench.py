@@ -117,7 +117,9 @@ def format_forward_table(report: dict) -> str:
         f"{report['target']} on {report['device']} ({report['dtype']}), {report['context']} tokens cached, "
         f"median of {report['repeats']}; memory roofline {report['roofline_tps']:.1f} tok/s "
         f"({report['weight_mb_per_token']:.0f} MB of weights per token at {report['bandwidth_gb_s']:.1f} GB/s)",
-        "plain decoding: " + ", ".join(f"{mode} {tps:.1f} tok/s" for mode, tps in report["plain_tps"].items()),
+        "plain decoding: "
+        + ", ".join(f"{mode} {tps:.1f} tok/s" for mode, tps in report["plain_tps"].items())
+        + f"; compiled one-row passes ran on {report['graphs']}",
         "",
         f"{'mode':<10}{'B':>4}{'T':>5}{'ms':>9}{'vs T=1':>9}",
     ]

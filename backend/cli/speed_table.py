@@ -11,7 +11,8 @@ def format_speed_table(report: dict) -> str:
     plain = report["summary"]["plain@0"]
     lines = [
         f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s (compile "
-        f"{plain['compile']}); engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
+        f"{plain['compile']}, one-row passes: {plain['graphs']}); "
+        f"engine plain vs HF generate {plain['vs_hf_generate']:.2f}x "
         f"(HF greedy equal to ours on {report['hf_generate_lossless']})",
         "",
     ]

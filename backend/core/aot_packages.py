@@ -8,7 +8,9 @@ graph: a shared library holding the frozen, packed weights (torch/_inductor/__in
 `aoti_compile_and_package`), kept unpacked in a folder and loaded by AOTInductor's package loader in
 about a second. Two packages per target, built at the first start and loaded at later ones: one token
 (B = 1, T = 1) and verify (B = 1, 2 <= T <= the widest compiled pass), both with the cache capacity
-symbolic in steps of CAPACITY_STEP slots. The KV cache tensors are inputs the graph writes in place, as
+symbolic in steps of CAPACITY_STEP slots. The two are built side by side: each is exported here, saved,
+and compiled by a child process (`python -m backend.core.aot_packages FOLDER`), since a build runs
+mostly on one core. The KV cache tensors are inputs the graph writes in place, as
 in the JIT graphs. Batches of two or more rows stay on torch.compile.
 
 A package checks nothing when called (no guards): its folder's name is a digest of everything it depends
@@ -25,9 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -47,6 +52,7 @@ from backend.core.tree import Visibility
 SWITCH = "SPECSCOPE_PACKAGED_GRAPHS"
 MAX_CAPACITY_STEPS = 512  # caches of up to 65,536 slots take the packages; longer ones torch.compile
 PROBE_CAPACITY, PROBE_LENGTH = 2 * CAPACITY_STEP, 5
+PROGRAM, SETTINGS, ARCHIVE, LOG = "program.pt2", "settings.json", "package.pt2", "build.log"  # in a build's folder
 PROBE_TOLERANCE = 1e-2  # of the largest logit: packages differ from eager by float rounding (~1e-5 of it)
 
 
@@ -86,6 +92,7 @@ class PackagedGraphs:
         self.failure: str | None = None
         self.built: list[str] = []  # names of the packages this process built (the others it loaded)
         self._runners: dict[int, Callable | None] = {}
+        self._build_errors: dict[int, Exception] = {}  # kinds whose build failed, until _prepare reports it
 
     def fits(self, batch: int, cache: StaticKV) -> bool:
         """Whether a pass of `batch` rows over `cache` has a shape the packages were exported for."""
@@ -116,8 +123,9 @@ class PackagedGraphs:
         path = self.path(kind)
         try:
             if not path.exists():
-                self._build(kind, path)
-                self.built.append(path.name)
+                self._build_missing()
+            if kind in self._build_errors:
+                raise self._build_errors.pop(kind)
             runner = _LoadedPackage(path)
             self._probe(runner, kind)
             return runner
@@ -125,8 +133,30 @@ class PackagedGraphs:
             self.failure = f"{path.name}: {first_line(error)[:200]}"
             return None
 
-    def _build(self, kind: int, path: Path) -> None:
-        """Export the module at this kind's shapes and compile it into a package, written whole or not at all."""
+    def _build_missing(self) -> None:
+        """Build every missing package at once, each written whole or not at all: each kind is exported
+        here and compiled in a child process of its own (inductor's lowering and the C++ build run mostly
+        on one core, so two builds side by side take about as long as one). A kind that fails keeps its
+        error for `_prepare`."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.folder) as scratch:  # what the builds write, removed after
+            builds: dict[int, tuple[Path, subprocess.Popen]] = {}
+            for kind in (2, 1):  # the longer build starts first
+                if self.path(kind).exists():
+                    continue
+                try:
+                    work = Path(scratch) / str(kind)
+                    builds[kind] = work, self._start_build(kind, work)
+                except Exception as error:
+                    self._build_errors[kind] = error
+            for kind, (work, child) in builds.items():
+                try:
+                    self._finish_build(kind, work, child)
+                except Exception as error:
+                    self._build_errors[kind] = error
+
+    def _start_build(self, kind: int, work: Path) -> subprocess.Popen:
+        """Export the module at this kind's shapes into `work` and start compiling it (build_package)."""
         width = Dim("width", min=2, max=self.max_width) if kind == 2 else None
         capacity = CAPACITY_STEP * Dim("capacity_steps", min=1, max=MAX_CAPACITY_STEPS)
         layers = len(self.module.layers)
@@ -138,25 +168,32 @@ class PackagedGraphs:
             "offsets": {1: width} if width else None,
             "among": {1: width, 2: width} if width else None,
         }
-        from torch._inductor.utils import fresh_cache  # imports the compiler (~1 s), which a loading start skips
+        work.mkdir()
+        with torch.no_grad():  # freezing needs no_grad (torch/_inductor/compile_fx.py)
+            example = self._example(1 if kind == 1 else 4)
+            program = torch.export.export(self.module, example, dynamic_shapes=shapes)
+        torch.export.save(program, work / PROGRAM)
+        (work / SETTINGS).write_text(json.dumps(self.settings[kind]))
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding `backend`
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+        with open(work / LOG, "wb") as log:
+            command = [sys.executable, "-m", __name__, str(work)]
+            return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-        compile_templates_once()
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.folder) as scratch:  # what the build writes, removed after
-            archive = Path(scratch) / "package.pt2"
-            with torch.no_grad(), fresh_cache(dir=scratch):  # freezing needs no_grad (torch/_inductor/compile_fx.py)
-                example = self._example(1 if kind == 1 else 4)
-                program = torch.export.export(self.module, example, dynamic_shapes=shapes)
-                settings = dict(self.settings[kind])  # a copy: inductor writes to it
-                torch._inductor.aoti_compile_and_package(program, package_path=str(archive), inductor_configs=settings)
-            with zipfile.ZipFile(archive) as package:  # kept unpacked: loading then extracts nothing
-                package.extractall(Path(scratch) / "unpacked")
-            try:
-                os.replace(Path(scratch) / "unpacked", path)
-            except OSError:  # another process finished the same package first
-                if not path.is_dir():
-                    raise
+    def _finish_build(self, kind: int, work: Path, child: subprocess.Popen) -> None:
+        """Wait for the child, then move its package, unpacked, to this kind's path."""
+        if child.wait():
+            said = [line for line in (work / LOG).read_text(errors="replace").splitlines() if line.strip()]
+            raise RuntimeError(said[-1] if said else f"the package build exited with status {child.returncode}")
+        path = self.path(kind)
+        with zipfile.ZipFile(work / ARCHIVE) as package:  # kept unpacked: loading then extracts nothing
+            package.extractall(work / "unpacked")
+        try:
+            os.replace(work / "unpacked", path)
+        except OSError:  # another process finished the same package first
+            if not path.is_dir():
+                raise
+        self.built.append(path.name)
         for stale in self.folder.glob(f"{self._family(kind)}-*"):
             if stale != path:
                 shutil.rmtree(stale, ignore_errors=True)
@@ -227,6 +264,19 @@ class _LoadedPackage:
         return logits, hidden
 
 
+def build_package(work: Path) -> None:
+    """A child process's part of a build: compile the exported program in `work` into a package there,
+    with the kind's inductor settings, in a scratch inductor cache (nothing left in the shared one)."""
+    from torch._inductor.utils import fresh_cache  # the compiler, which a loading start never imports
+
+    compile_templates_once()
+    program = torch.export.load(work / PROGRAM)
+    settings = json.loads((work / SETTINGS).read_text())
+    (work / "cache").mkdir()
+    with torch.no_grad(), fresh_cache(dir=str(work / "cache")):
+        torch._inductor.aoti_compile_and_package(program, package_path=str(work / ARCHIVE), inductor_configs=settings)
+
+
 def _other_tensors_digest(module: nn.Module) -> str:
     """A hash of the parameters and buffers outside linear layers (norms, embedding, rotary frequencies):
     the caller's identity covers the linear weights (inductor_cache.linear_weights_digest)."""
@@ -245,3 +295,7 @@ def _machine() -> str:
 
 def _source_digest(cls: type) -> str:
     return hashlib.sha1(Path(inspect.getfile(cls)).read_bytes()).hexdigest()
+
+
+if __name__ == "__main__":
+    build_package(Path(sys.argv[1]))

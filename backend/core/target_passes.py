@@ -217,3 +217,19 @@ def target_passes(model, choice: str = "off") -> EagerPasses | CompiledPasses:
     if model not in _COMPILED:
         _COMPILED[model] = CompiledPasses(model)
     return _COMPILED[model]
+
+
+def single_sequence_graphs(model) -> str:
+    """What runs this model's compiled one-row passes now, for a benchmark to say beside its figures:
+    "packages" (both loaded, aot_packages.py), "torch.compile" (with why no package where one failed),
+    "packages (one-token)" or "packages (verify)" (the other on torch.compile), or "eager"."""
+    passes = _COMPILED.get(model)
+    if passes is None:
+        return "eager"
+    packages = passes.fast.packages
+    loaded = packages.loaded() if packages else []
+    if loaded == [1, 2]:
+        return "packages"
+    if loaded:
+        return f"packages ({'one-token' if loaded == [1] else 'verify'})"
+    return f"torch.compile (no package: {packages.failure})" if packages and packages.failure else "torch.compile"

@@ -24,6 +24,7 @@ import torch
 from backend.core.engine import GenerationSettings, device_clock
 from backend.core.metrics import acceptance_stats, count_acceptance, geomean, speedup
 from backend.core.models import LoadedModel
+from backend.core.target_passes import single_sequence_graphs
 from backend.drafters import TREE_DRAFTERS, DrafterOptions, build_drafter
 from backend.lab.analysis import bootstrap_al_ci
 from backend.lab.prompts import Question
@@ -145,7 +146,8 @@ def speed_benchmark(
                     )
             progress(label)
         per_prompt.append(measured)
-    report = _report(questions, per_prompt, configs, hf_lens, runner.engine.compile)
+    graphs = single_sequence_graphs(target.model)
+    report = _report(questions, per_prompt, configs, hf_lens, runner.engine.compile, graphs)
     report["hf_generate_disagreements"] = disagreements
     return report
 
@@ -199,6 +201,7 @@ def _report(
     configs: list[Config],
     hf_lens: list[int],
     compile: str,
+    graphs: str,
 ) -> dict:
     categories = sorted({q.category for q in questions})
     results, summary = [], {}
@@ -237,7 +240,12 @@ def _report(
     plain_runs = [m["plain"] for m in per_prompt]
     plain_tps = sum(r.new_tokens for r in plain_runs) / sum(r.seconds for r in plain_runs)
     plain_vs_hf = geomean([speedup(m["plain"].tokens_per_s, m["hf-generate"].tokens_per_s) for m in per_prompt])
-    summary["plain@0"] = {"tokens_per_s": plain_tps, "vs_hf_generate": plain_vs_hf, "compile": compile}
+    summary["plain@0"] = {
+        "tokens_per_s": plain_tps,
+        "vs_hf_generate": plain_vs_hf,
+        "compile": compile,
+        "graphs": graphs,  # what ran the compiled one-row passes (target_passes.single_sequence_graphs)
+    }
     return {
         "prompts": len(questions),
         "plain_tokens_per_s": plain_tps,

@@ -27,7 +27,7 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.engine import device_clock as _clock
 from backend.core.kv import batched_forward, cached_forward, new_cache, stack_caches, trim_cache
 from backend.core.models import LoadedModel
-from backend.core.target_passes import target_passes
+from backend.core.target_passes import single_sequence_graphs, target_passes
 
 WIDTHS = (1, 2, 4, 8, 16, 32)
 MODES = {"eager": "off", "compiled": "on"}
@@ -83,6 +83,7 @@ def forward_benchmark(
     }
     report["roofline_tps"] = report["bandwidth_gb_s"] * 1e9 / weight_bytes(target)
     report["plain_tps"] = _plain_speeds(target, modes, vocab, plain_tokens, repeats=3, seed=seed)
+    report["graphs"] = single_sequence_graphs(target.model) if "compiled" in modes else "eager"
     if profile:
         report["profile"] = {
             mode: {width: _profile(runners[(mode, batch_sizes[0])], width) for width in (1, 9)} for mode in modes

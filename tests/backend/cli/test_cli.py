@@ -122,6 +122,7 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
     report = json.loads(result.stdout.splitlines()[-1])
     plain = report["summary"].pop("plain@0")
     assert plain["compile"] == "off" and plain["tokens_per_s"] > 0 and plain["vs_hf_generate"] > 0
+    assert plain["graphs"] == "eager" and "one-row passes: eager" in result.stdout
     assert set(report["summary"]) == {"ngram@2", "ngram@auto", "suffix@2", "suffix@auto", "hf-assisted@2"}
     for row in report["summary"].values():
         assert {
@@ -193,6 +194,8 @@ def test_bench_forward_times_eager_beside_compiled(tiny_folder):
     assert set(rows) == {(mode, 1, width) for mode in ("eager", "compiled") for width in (1, 4)}
     assert all(r["ms"] > 0 for r in rows.values()) and rows[("compiled", 1, 1)]["vs_one_token"] == 1.0
     assert set(report["plain_tps"]) == {"eager", "compiled"} and report["roofline_tps"] > 0
+    assert report["graphs"] == "torch.compile"  # tests turn packages off
+    assert "one-row passes ran on torch.compile" in result.stdout
     assert "compiled" in result.stdout and "vs T=1" in result.stdout
 
 

@@ -12,7 +12,7 @@ import torch
 from backend.core.aot_packages import SWITCH, PackagedGraphs
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.fast_forward import FastForward
-from backend.core.target_passes import target_passes
+from backend.core.target_passes import single_sequence_graphs
 from tests.helpers.drafters import registered_drafter
 from tests.helpers.scripted import PROMPT
 from tests.helpers.tiny import tiny_llama
@@ -31,7 +31,7 @@ def packaged(tmp_path_factory):
         for older in (superseded, another_model):
             older.mkdir(parents=True)
             (older / "model.so").write_bytes(b"an older build")
-        for width in (1, 3):  # builds the one-token package, then the verify package
+        for width in (1, 3):  # the first pass builds both packages side by side, the second loads one
             first.forward(torch.tensor([PROMPT[:width]]), first.new_cache(64))
         assert not superseded.exists() and another_model.exists()  # replaced by the new build / kept
         yield model, first
@@ -67,10 +67,7 @@ def test_the_packaged_engine_is_lossless(packaged, name, draft_len, tree_budget)
         ).run()
 
     assert generate("on").output_ids == generate("off").output_ids
-    assert target_passes(model.model, "on").fast.packages.loaded() == [
-        1,
-        2,
-    ]  # the prompt went through the verify package
+    assert single_sequence_graphs(model.model) == "packages"  # the prompt went through the verify package
 
 
 def test_a_package_is_named_by_everything_it_froze_in(packaged):
@@ -94,6 +91,16 @@ def test_a_broken_package_is_refused_and_torch_compile_takes_over(packaged, tmp_
     (broken.path(1) / "model.so").write_bytes(b"not a package")
     assert broken.runner(1) is None
     assert broken.failure and broken.failure.startswith(broken.path(1).name)
+
+
+def test_a_failed_build_is_named_and_torch_compile_takes_over(packaged, tmp_path):
+    _, first = packaged
+    wrong = {kind: {"no_such_inductor_option": True} for kind in (1, 2)}
+    failing = PackagedGraphs(first.module, first.new_cache, first.packages.identity, wrong, 65, tmp_path)
+    failing.path(2).mkdir()  # present: only the one-token package is built
+    assert failing.runner(1) is None  # its build process failed
+    assert failing.failure.startswith(failing.path(1).name) and "no_such_inductor_option" in failing.failure
+    assert failing.built == [] and list(tmp_path.iterdir()) == [failing.path(2)]  # nothing half-built left
 
 
 def test_only_single_sequence_passes_over_dense_caches_of_exported_capacities_take_packages(packaged):
