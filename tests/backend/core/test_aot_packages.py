@@ -1,8 +1,9 @@
 """The fast path's ahead-of-time packages (aot_packages.py) on a tiny random Llama: built once, then
 loaded by a later FastForward without building; the packaged engine's greedy output equals the eager
 engine's for plain decoding and for drafters (chains and a tree); a package whose weights, config or
-settings differ has another name; a broken package is refused and the pass runs on torch.compile.
-Building both packages costs ~50 s, paid once for this module."""
+settings differ has another name; a broken package is refused and the pass runs on torch.compile; a
+failed or interrupted build (a child process) is named or stopped and leaves nothing behind. Building both
+packages costs ~60 s, paid once for this module."""
 
 from __future__ import annotations
 
@@ -101,6 +102,29 @@ def test_a_failed_build_is_named_and_torch_compile_takes_over(packaged, tmp_path
     assert failing.runner(1) is None  # its build process failed
     assert failing.failure.startswith(failing.path(1).name) and "no_such_inductor_option" in failing.failure
     assert failing.built == [] and list(tmp_path.iterdir()) == [failing.path(2)]  # nothing half-built left
+
+
+def test_an_interrupted_build_stops_its_child_and_leaves_nothing(packaged, tmp_path, monkeypatch):
+    _, first = packaged
+    settings = first.packages.settings
+    graphs = PackagedGraphs(first.module, first.new_cache, first.packages.identity, settings, 65, tmp_path)
+    graphs.path(2).mkdir()  # present: only the one-token package is built
+    children = []
+    start = PackagedGraphs._start_build
+
+    def remembered(self, kind, work):
+        children.append(start(self, kind, work))
+        return children[-1]
+
+    def interrupted(self, kind, work, child):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PackagedGraphs, "_start_build", remembered)
+    monkeypatch.setattr(PackagedGraphs, "_finish_build", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        graphs.runner(1)
+    assert children[0].returncode is not None  # stopped, not left compiling
+    assert list(tmp_path.iterdir()) == [graphs.path(2)]
 
 
 def test_only_single_sequence_passes_over_dense_caches_of_exported_capacities_take_packages(packaged):
