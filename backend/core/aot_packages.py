@@ -25,15 +25,18 @@ Knows nothing about drafting, engines or serving.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import inspect
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from functools import cached_property
@@ -53,6 +56,8 @@ SWITCH = "SPECSCOPE_PACKAGED_GRAPHS"
 MAX_CAPACITY_STEPS = 512  # caches of up to 65,536 slots take the packages; longer ones torch.compile
 PROBE_CAPACITY, PROBE_LENGTH = 2 * CAPACITY_STEP, 5
 PROGRAM, SETTINGS, ARCHIVE, LOG = "program.pt2", "settings.json", "package.pt2", "build.log"  # in a build's folder
+SCRATCH_PREFIX, ABANDONED_AFTER_S = "building-", 3600  # a build's scratch folder; older ones were killed mid-build
+PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 PROBE_TOLERANCE = 1e-2  # of the largest logit: packages differ from eager by float rounding (~1e-5 of it)
 
 
@@ -138,9 +143,13 @@ class PackagedGraphs:
         here and compiled in a child process of its own (inductor's lowering and the C++ build run mostly
         on one core: side by side, the default target's two builds took 223.5 s against 330.0 s one after
         the other on 2 cores). A kind that fails keeps its error for `_prepare`; an interrupted build
-        stops its children."""
+        stops its children, and a killed one's children die with it (build_package), its scratch folder
+        removed by a later build."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.folder) as scratch:  # what the builds write, removed after
+        for abandoned in self.folder.glob(f"{SCRATCH_PREFIX}*"):
+            if time.time() - abandoned.stat().st_mtime > ABANDONED_AFTER_S:
+                shutil.rmtree(abandoned, ignore_errors=True)
+        with tempfile.TemporaryDirectory(dir=self.folder, prefix=SCRATCH_PREFIX) as scratch:  # removed after
             builds: dict[int, tuple[Path, subprocess.Popen]] = {}
             try:
                 for kind in (2, 1):  # the longer build starts first
@@ -184,7 +193,7 @@ class PackagedGraphs:
         root = str(Path(__file__).resolve().parents[2])  # the folder holding `backend`
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         with open(work / LOG, "wb") as log:
-            command = [sys.executable, "-m", __name__, str(work)]
+            command = [sys.executable, "-m", __name__, str(work), str(os.getpid())]
             return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def _finish_build(self, kind: int, work: Path, child: subprocess.Popen) -> None:
@@ -271,17 +280,30 @@ class _LoadedPackage:
         return logits, hidden
 
 
-def build_package(work: Path) -> None:
+def build_package(work: Path, parent: int) -> None:
     """A child process's part of a build: compile the exported program in `work` into a package there,
     with the kind's inductor settings, in a scratch inductor cache (nothing left in the shared one)."""
     from torch._inductor.utils import fresh_cache  # the compiler, which a loading start never imports
 
+    _die_with(parent)
     compile_templates_once()
     program = torch.export.load(work / PROGRAM)
     settings = json.loads((work / SETTINGS).read_text())
     (work / "cache").mkdir()
     with torch.no_grad(), fresh_cache(dir=str(work / "cache")):
         torch._inductor.aoti_compile_and_package(program, package_path=str(work / ARCHIVE), inductor_configs=settings)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this process when the one that started it dies (Linux's PR_SET_PDEATHSIG), so
+    a worker stopped by a signal mid-build leaves no build compiling for minutes; exit at once if it is
+    already gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: an orphaned build finishes into a folder nobody reads
+        return
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _other_tensors_digest(module: nn.Module) -> str:
@@ -305,4 +327,4 @@ def _source_digest(cls: type) -> str:
 
 
 if __name__ == "__main__":
-    build_package(Path(sys.argv[1]))
+    build_package(Path(sys.argv[1]), int(sys.argv[2]))

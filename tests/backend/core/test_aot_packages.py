@@ -2,10 +2,17 @@
 loaded by a later FastForward without building; the packaged engine's greedy output equals the eager
 engine's for plain decoding and for drafters (chains and a tree); a package whose weights, config or
 settings differ has another name; a broken package is refused and the pass runs on torch.compile; a
-failed or interrupted build (a child process) is named or stopped and leaves nothing behind. Building both
+failed or interrupted build (a child process) is named or stopped and leaves nothing behind, and a killed
+worker's builds die with it. Building both
 packages costs ~60 s, paid once for this module."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -99,9 +106,13 @@ def test_a_failed_build_is_named_and_torch_compile_takes_over(packaged, tmp_path
     wrong = {kind: {"no_such_inductor_option": True} for kind in (1, 2)}
     failing = PackagedGraphs(first.module, first.new_cache, first.packages.identity, wrong, 65, tmp_path)
     failing.path(2).mkdir()  # present: only the one-token package is built
+    abandoned, running = tmp_path / "building-killed", tmp_path / "building-now"  # another build's scratch
+    for scratch, age in ((abandoned, 7200), (running, 60)):
+        scratch.mkdir()
+        os.utime(scratch, (time.time() - age, time.time() - age))
     assert failing.runner(1) is None  # its build process failed
     assert failing.failure.startswith(failing.path(1).name) and "no_such_inductor_option" in failing.failure
-    assert failing.built == [] and list(tmp_path.iterdir()) == [failing.path(2)]  # nothing half-built left
+    assert failing.built == [] and sorted(tmp_path.iterdir()) == [running, failing.path(2)]  # nothing left
 
 
 def test_an_interrupted_build_stops_its_child_and_leaves_nothing(packaged, tmp_path, monkeypatch):
@@ -125,6 +136,54 @@ def test_an_interrupted_build_stops_its_child_and_leaves_nothing(packaged, tmp_p
         graphs.runner(1)
     assert children[0].returncode is not None  # stopped, not left compiling
     assert list(tmp_path.iterdir()) == [graphs.path(2)]
+
+
+KILLED_WORKER = """
+import sys
+from pathlib import Path
+from backend.core.aot_packages import PackagedGraphs
+from backend.core.fast_forward import FastForward
+from tests.helpers.tiny import tiny_llama
+fast = FastForward(tiny_llama(seed=7).model, compiled=False)
+PackagedGraphs(fast.module, fast.new_cache, "killed", {1: {}, 2: {}}, 65, Path(sys.argv[1])).runner(1)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_killed_worker_takes_its_package_builds_with_it(tmp_path):
+    root = Path(__file__).resolve().parents[3]
+    worker = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, str(tmp_path)], cwd=root)
+    try:
+        builds = _wait_for(lambda: _children_of(worker.pid), 120)  # exported, then handed to child processes
+    finally:
+        worker.kill()
+        worker.wait()
+    assert builds and _wait_for(lambda: not any(_alive(pid) for pid in builds), 20)
+
+
+def _children_of(parent: int) -> list[int]:
+    stats = {int(path.parent.name): _stat(path) for path in Path("/proc").glob("[0-9]*/stat")}
+    return [pid for pid, fields in stats.items() if fields and fields[1] == str(parent)]
+
+
+def _alive(pid: int) -> bool:
+    fields = _stat(Path(f"/proc/{pid}/stat"))
+    return bool(fields) and fields[0] != "Z"  # a zombie has exited
+
+
+def _stat(path: Path) -> list[str]:
+    """A process's state, parent and the rest (after its name, which may hold spaces); [] once gone."""
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return []
+
+
+def _wait_for(condition, seconds: float):
+    deadline = time.monotonic() + seconds
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return value
 
 
 def test_only_single_sequence_passes_over_dense_caches_of_exported_capacities_take_packages(packaged):
