@@ -3,8 +3,7 @@ loaded by a later FastForward without building; the packaged engine's greedy out
 engine's for plain decoding and for drafters (chains and a tree); a package whose weights, config or
 settings differ has another name; a broken package is refused and the pass runs on torch.compile; a
 failed or interrupted build (a child process) is named or stopped and leaves nothing behind, and a killed
-worker's builds die with it. Building both
-packages costs ~60 s, paid once for this module."""
+worker's builds die with it. Building both packages costs ~60 s, paid once for this module."""
 
 from __future__ import annotations
 
