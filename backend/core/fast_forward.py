@@ -17,7 +17,8 @@ trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 - CPU: inductor with weight freezing (the weights become constants, packed once). The one-token graph
   uses inductor's C++ GEMM template (max-autotune), whose AVX-512 micro-kernels read ~25 GB/s of
   weights on this machine's AMD cores where MKL's fp32 GEMV reaches ~9; the verify graph uses oneDNN's
-  packed GEMM (~20 GB/s for M = 1..16). See CPU_ONE_TOKEN and CPU_VERIFY. The single-sequence graphs
+  packed GEMM (~20 GB/s for M = 1..16) on AVX-512 CPUs, the template on AVX2 ones, where it measured
+  faster. See CPU_ONE_TOKEN and CPU_VERIFY. The single-sequence graphs
   are built ahead of time into packages a later start loads in seconds (aot_packages.py); batches of two
   or more rows use torch.compile's graphs, kept in inductor's on-disk cache (inductor_cache.py), so a
   later start skips their lowering and C++ builds.
@@ -49,10 +50,13 @@ MAX_COMPILED_WIDTH = 65  # the widest pass a step verifies: a tree of 64 drafts 
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a few graphs per model held
 # CPU settings per graph. One token: inductor's C++ GEMM template, tuned for M = 1 (~25 GB/s of weights).
-# Verify widths: oneDNN's packed GEMM, which freezing selects for a symbolic M and which stays near
-# 20 GB/s for M = 1..16 (MKL's falls to ~8 GB/s; the template, tuned at one M, degrades at others).
+# Verify widths (M symbolic), by the CPU's vector width. With AVX-512: oneDNN's packed GEMM, which freezing
+# selects for a symbolic M and which stays near 20 GB/s for M = 1..16 (MKL's falls to ~8 GB/s; the template,
+# tuned at one M, degraded at others). AVX2 only: the template again, faster than oneDNN at every width
+# measured (2-core EPYC without AVX-512, whole passes at T = 2/4/9/16: 40.9/43.5/62.1/79.9 ms against
+# oneDNN's 61.2/70.1/75.7/111.8; one token 33.4 ms).
 CPU_ONE_TOKEN = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}
-CPU_VERIFY = {"freezing": True}
+CPU_VERIFY = {"freezing": True} if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else CPU_ONE_TOKEN
 
 
 def fast_path_reason(model: nn.Module) -> str | None:
