@@ -48,7 +48,7 @@ from torch.export import Dim
 
 from backend.core.errors import first_line
 from backend.core.inductor_cache import tensors_digest
-from backend.core.inductor_templates import compile_templates_once
+from backend.core.inductor_templates import adjust_templates
 from backend.core.static_kv import CAPACITY_STEP, StaticKV
 from backend.core.tree import Visibility
 
@@ -260,6 +260,7 @@ class PackagedGraphs:
             _machine(),
             _source_digest(type(self.module)),
             _source_digest(PackagedGraphs),
+            _source_digest(adjust_templates),  # the GEMM blockings inductor may pick
         )
         return "\n".join(parts)
 
@@ -286,7 +287,7 @@ def build_package(work: Path, parent: int) -> None:
     from torch._inductor.utils import fresh_cache  # the compiler, which a loading start never imports
 
     _die_with(parent)
-    compile_templates_once()
+    adjust_templates()
     program = torch.export.load(work / PROGRAM)
     settings = json.loads((work / SETTINGS).read_text())
     (work / "cache").mkdir()
@@ -322,8 +323,9 @@ def _machine() -> str:
     return " ".join([platform.machine(), str(torch.backends.cpu.get_cpu_capability()), *described])
 
 
-def _source_digest(cls: type) -> str:
-    return hashlib.sha1(Path(inspect.getfile(cls)).read_bytes()).hexdigest()
+def _source_digest(defined: object) -> str:
+    """A hash of the source file defining a class or function."""
+    return hashlib.sha1(Path(inspect.getfile(defined)).read_bytes()).hexdigest()
 
 
 if __name__ == "__main__":

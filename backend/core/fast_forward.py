@@ -14,11 +14,12 @@ trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 - T = 1 (plain decoding and one-token drafts), and one graph for 2 <= T <= MAX_COMPILED_WIDTH with
   the width symbolic, so every verify width shares it (no padding); batch size and cache capacity
   are symbolic too. Wider passes (long prompts) run the same module uncompiled.
-- CPU: inductor with weight freezing (the weights become constants, packed once). The one-token graph
-  uses inductor's C++ GEMM template (max-autotune), whose AVX-512 micro-kernels read ~25 GB/s of
-  weights on this machine's AMD cores where MKL's fp32 GEMV reaches ~9; the verify graph uses oneDNN's
-  packed GEMM (~20 GB/s for M = 1..16) on AVX-512 CPUs, the template on AVX2 ones, where it measured
-  faster. See CPU_ONE_TOKEN and CPU_VERIFY. The single-sequence graphs
+- CPU: inductor with weight freezing (the weights become constants, packed once) and its C++ GEMM
+  template (max-autotune), whose micro-kernels read the weights once per pass for up to 4 rows at about
+  the speed of one: on this machine's AMD cores ~25 GB/s where MKL's fp32 GEMV reaches ~9, and a
+  verify pass of 2-4 tokens costs 1.15-1.2x a one-token pass where oneDNN's packed GEMM cost 1.4-1.6x
+  (see CPU_GRAPHS and inductor_templates.py); a batch's verify passes keep oneDNN on AVX-512 CPUs, where it
+  is faster at 16 rows and more (CPU_BATCH_VERIFY). The single-sequence graphs
   are built ahead of time into packages a later start loads in seconds (aot_packages.py); batches of two
   or more rows use torch.compile's graphs, kept in inductor's on-disk cache (inductor_cache.py), so a
   later start skips their lowering and C++ builds.
@@ -41,7 +42,7 @@ from torch import nn
 
 from backend.core.aot_packages import PackagedGraphs, packages_enabled
 from backend.core.inductor_cache import allow_frozen_onednn_weights, keyed_by, linear_weights_digest
-from backend.core.inductor_templates import compile_templates_once
+from backend.core.inductor_templates import adjust_templates
 from backend.core.kv import ForwardResult
 from backend.core.static_kv import StaticKV
 from backend.core.tree import Visibility
@@ -49,14 +50,16 @@ from backend.core.tree import Visibility
 MAX_COMPILED_WIDTH = 65  # the widest pass a step verifies: a tree of 64 drafts (the dashboard's largest) and its root
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
 torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)  # a few graphs per model held
-# CPU settings per graph. One token: inductor's C++ GEMM template, tuned for M = 1 (~25 GB/s of weights).
-# Verify widths (M symbolic), by the CPU's vector width. With AVX-512: oneDNN's packed GEMM, which freezing
-# selects for a symbolic M and which stays near 20 GB/s for M = 1..16 (MKL's falls to ~8 GB/s; the template,
-# tuned at one M, degraded at others). AVX2 only: the template again, faster than oneDNN at every width
-# measured (2-core EPYC without AVX-512, whole passes at T = 2/4/9/16: 40.9/43.5/62.1/79.9 ms against
-# oneDNN's 61.2/70.1/75.7/111.8; one token 33.4 ms).
-CPU_ONE_TOKEN = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}
-CPU_VERIFY = {"freezing": True} if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else CPU_ONE_TOKEN
+# CPU settings. A single sequence's graphs: inductor's C++ GEMM template, which reads ~25 GB/s of weights
+# for one token; verify widths (M symbolic, traced with 4 rows) use 4-row register blocks on AVX-512
+# (inductor_templates.offer_four_row_blocks). Whole passes on a 2-core AMD EPYC with AVX-512, 200 cached
+# tokens, one process, interleaved, medians (one token 22.0 ms): T = 2/4/8/9/16 took 25.2/26.4/31.8/36.9/52.7
+# ms, oneDNN's packed GEMM (freezing alone) 35.3/31.6/33.7/34.7/46.3; without AVX-512, 40.9/43.5/56.8/62.1/79.9
+# against oneDNN's 61.2/70.1/80.5/75.7/111.8 (one token 33.4). Verify passes of a batch (B x T rows) keep
+# oneDNN on AVX-512, where it overtakes the template by 16 rows (frozen 576 -> 3072 linears at M = 16:
+# 16.6 ms against 17.4 with 4-row blocks, 29.9 with 8-row ones).
+CPU_GRAPHS = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}
+CPU_BATCH_VERIFY = {"freezing": True} if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else CPU_GRAPHS
 
 
 def fast_path_reason(model: nn.Module) -> str | None:
@@ -184,7 +187,9 @@ class FastForward:
         # inductor reads freezing outside torch.compile's `options`, so the settings are patched around each
         # call (a graph compiles at its first call); on CUDA the defaults stand
         on_cpu = compiled and self.device.type == "cpu"
-        self._settings = {1: CPU_ONE_TOKEN if on_cpu else {}, 2: CPU_VERIFY if on_cpu else {}}
+        graphs = CPU_GRAPHS if on_cpu else {}
+        self._settings = {1: graphs, 2: graphs}  # a single sequence's, per kind (1: one token, 2: verify)
+        self._batch_verify = CPU_BATCH_VERIFY if on_cpu else {}
         self._weights = linear_weights_digest(self.module) if on_cpu else None  # the weights freezing packs
         self._packed_weights: str | None = None  # _weights, once inductor's on-disk cache takes them
         self.packages: PackagedGraphs | None = None  # single-sequence graphs compiled ahead of time (aot_packages.py)
@@ -220,7 +225,8 @@ class FastForward:
                 logits, hidden = packaged(dense[0], cache.lengths, cache.keys, cache.values, *dense[1:])
             else:
                 graphs = self._compiled()  # first, as it names the packed weights
-                with torch._inductor.config.patch(self._settings[min(width, 2)]), keyed_by(self._packed_weights):
+                settings = self._settings[min(width, 2)] if batch == 1 or width == 1 else self._batch_verify
+                with torch._inductor.config.patch(settings), keyed_by(self._packed_weights):
                     logits, hidden = graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
         cache.lengths = cache.lengths + width
         return ForwardResult(logits, tuple(hidden.unbind(0)))
@@ -230,7 +236,7 @@ class FastForward:
         never imports the compiler), their frozen weights named for inductor's on-disk cache."""
         if self._graphs is None:
             self._graphs = torch.compile(self.module)
-            compile_templates_once()
+            adjust_templates()
             if self._weights and allow_frozen_onednn_weights():
                 self._packed_weights = self._weights
         return self._graphs

@@ -3,7 +3,8 @@ on-disk graph cache, as a later start needs: a new process with the same packed 
 graphs (the verify graph and the one-token graph, built with max-autotune) from the cache, other frozen
 weights (such as a norm's) read live; one with a changed packed weight builds new graphs. Each compile
 runs in a fresh process, as a start does. Inductor's kernel templates are compiled once per source
-(inductor_templates.py) and render as before."""
+(inductor_templates.py) and render as before; on AVX-512 CPUs an fp32 GEMM traced with 4 rows uses 4-row
+register blocks, one traced with 1 row the 8-row blocks it used before."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[3]
 VERIFY_PASS = """
@@ -73,3 +77,40 @@ def test_inductor_compiles_each_template_source_once_and_renders_it_as_before():
     template = KernelTemplate._template_from_string("{{ rows }} x {{ columns|indent_except_first(1) }}")
     assert KernelTemplate._template_from_string("{{ rows }} x {{ columns|indent_except_first(1) }}") is template
     assert template.render(rows=1, columns="a\nb") == "1 x a\n    b" and template.render(rows=2, columns="c") == "2 x c"
+
+
+def test_avx512_fp32_micro_kernels_offer_four_row_blocks_once():
+    from backend.core.inductor_templates import FOUR_ROW_BLOCK, offer_four_row_blocks
+
+    assert offer_four_row_blocks() and offer_four_row_blocks()
+    from torch._inductor.codegen import cpp_micro_gemm as micro  # after inductor's lowering, as the call imports it
+
+    configs = micro.micro_gemm_configs[micro.CppMicroGemmFP32Vec]
+    fp32 = [c for c in configs if c.vec_isa_cls is micro.VecAVX512 and c.input_dtype == c.input2_dtype == torch.float]
+    blocks = [tuple(config.register_blocking) for config in fp32]
+    assert blocks.count(FOUR_ROW_BLOCK) == 1 and (8, 48, 1) in blocks  # added once, beside inductor's own
+
+
+@pytest.mark.skipif(
+    not torch.backends.cpu.get_cpu_capability().startswith("AVX512"), reason="AVX-512 micro-kernels need AVX-512"
+)
+@pytest.mark.parametrize("traced_rows", [4, 1])
+def test_a_gemm_traced_with_four_rows_gets_four_row_blocks(traced_rows):
+    from torch._inductor.utils import fresh_cache, run_and_get_code
+
+    from backend.core.fast_forward import CPU_GRAPHS
+    from backend.core.inductor_templates import adjust_templates
+
+    adjust_templates()
+    linear = torch.nn.Linear(96, 192, bias=False).eval().requires_grad_(False)
+    rows = torch.randn(traced_rows, 96)  # [M, K]
+    if traced_rows > 1:  # as the verify graph: the row count symbolic (a one-token graph's is 1)
+        torch._dynamo.mark_dynamic(rows, 0, min=2, max=65)
+    torch._dynamo.reset()
+    with torch.no_grad(), torch._inductor.config.patch(CPU_GRAPHS), fresh_cache():
+        out, sources = run_and_get_code(torch.compile(linear), rows)
+    torch.testing.assert_close(out, linear(rows))
+    code = "\n".join(sources)
+    # an 8-row block's micro-kernel calls the 4-row one for a 4-row tail; a 4-row block never calls an 8-row one
+    assert "_kernel<4, 48, accum" in code
+    assert ("_kernel<8, 48, accum" in code) == (traced_rows == 1)
