@@ -17,7 +17,7 @@ trees share the graphs, so a tree is verified at the compiled speed. Graphs:
 - CPU: inductor with weight freezing (the weights become constants, packed once) and its C++ GEMM
   template (max-autotune), whose micro-kernels read the weights once per pass for up to 4 rows at about
   the speed of one: on this machine's AMD cores ~25 GB/s where MKL's fp32 GEMV reaches ~9, and a
-  verify pass of 2-4 tokens costs 1.15-1.2x a one-token pass where oneDNN's packed GEMM cost 1.4-1.6x
+  verify pass of 2-4 tokens costs 0.9-1.1x a one-token pass where oneDNN's packed GEMM cost 1.7-1.9x
   (see CPU_GRAPHS and inductor_templates.py); a batch's verify passes keep oneDNN on AVX-512 CPUs, where it
   is faster at 16 rows and more (CPU_BATCH_VERIFY). The single-sequence graphs
   are built ahead of time into packages a later start loads in seconds (aot_packages.py); batches of two
