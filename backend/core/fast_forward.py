@@ -187,15 +187,15 @@ class FastForward:
         # inductor reads freezing outside torch.compile's `options`, so the settings are patched around each
         # call (a graph compiles at its first call); on CUDA the defaults stand
         on_cpu = compiled and self.device.type == "cpu"
-        graphs = CPU_GRAPHS if on_cpu else {}
-        self._settings = {1: graphs, 2: graphs}  # a single sequence's, per kind (1: one token, 2: verify)
+        self._graph_settings = CPU_GRAPHS if on_cpu else {}  # every graph's but a batch's verify graph
         self._batch_verify = CPU_BATCH_VERIFY if on_cpu else {}
         self._weights = linear_weights_digest(self.module) if on_cpu else None  # the weights freezing packs
         self._packed_weights: str | None = None  # _weights, once inductor's on-disk cache takes them
         self.packages: PackagedGraphs | None = None  # single-sequence graphs compiled ahead of time (aot_packages.py)
         if self._weights and packages_enabled(self.device):
             identity = f"{self._weights}\n{config.to_json_string()}"
-            self.packages = PackagedGraphs(self.module, self.new_cache, identity, self._settings, MAX_COMPILED_WIDTH)
+            per_kind = {1: self._graph_settings, 2: self._graph_settings}  # one token, verify
+            self.packages = PackagedGraphs(self.module, self.new_cache, identity, per_kind, MAX_COMPILED_WIDTH)
 
     def new_cache(self, capacity: int, batch: int = 1) -> StaticKV:
         return StaticKV.allocate(self.layers, batch, self.kv_heads, capacity, self.head_dim, self.dtype, self.device)
@@ -225,7 +225,7 @@ class FastForward:
                 logits, hidden = packaged(dense[0], cache.lengths, cache.keys, cache.values, *dense[1:])
             else:
                 graphs = self._compiled()  # first, as it names the packed weights
-                settings = self._settings[min(width, 2)] if batch == 1 or width == 1 else self._batch_verify
+                settings = self._batch_verify if batch > 1 and width > 1 else self._graph_settings
                 with torch._inductor.config.patch(settings), keyed_by(self._packed_weights):
                     logits, hidden = graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
         cache.lengths = cache.lengths + width
