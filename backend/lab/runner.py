@@ -48,6 +48,11 @@ class RunResult:
         """Prefill + decode over all turns: what a user waits, end to end."""
         return sum(turn.prefill_s + turn.decode_s for turn in self.turns)
 
+    @property
+    def decode_s(self) -> float:
+        """Drafting and verification over all turns, prefill left out."""
+        return sum(turn.decode_s for turn in self.turns)
+
     def summary(self) -> dict:
         result = summary(self.steps)
         result["prefill_s"] = sum(turn.prefill_s for turn in self.turns)

@@ -123,7 +123,10 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
     plain = report["summary"].pop("plain@0")
     assert plain["compile"] == "off" and plain["tokens_per_s"] > 0 and plain["vs_hf_generate"] > 0
     assert plain["graphs"] == "eager" and "one-row passes: eager" in result.stdout
+    assert plain["decode_tokens_per_s"] > plain["tokens_per_s"]  # the same tokens without the prefill's time
     assert set(report["summary"]) == {"ngram@2", "ngram@auto", "suffix@2", "suffix@auto", "hf-assisted@2"}
+    assert report["summary"]["hf-assisted@2"]["geomean_decode_speedup_vs_plain"] is None  # HF's time is not split
+    assert all(report["summary"][label]["geomean_decode_speedup_vs_plain"] > 0 for label in ("ngram@2", "suffix@auto"))
     for row in report["summary"].values():
         assert {
             "geomean_speedup_vs_plain",
