@@ -33,7 +33,7 @@ import torch
 
 from backend.core.drafter import Draft, Drafter, DraftRequest, DraftSession, StepOutcome
 from backend.core.errors import SpecScopeError
-from backend.core.policy import DraftLengthPolicy, make_policy
+from backend.core.policy import DraftLengthPolicy, StepObservation, make_policy
 from backend.core.target_passes import target_passes
 from backend.core.tree import TreeLayout
 from backend.core.tree_shape import depths, is_chain, within_depth
@@ -84,6 +84,7 @@ class PendingStep:
     drafted: list[int]
     draft_s: float
     parents: list[int] | None = None  # a tree's parents (never a chain's: chains stay None)
+    asked: int = 0  # drafts a costly drafter was asked for (0: none, or a free drafter's proposal)
 
 
 class Sequence:
@@ -137,7 +138,7 @@ class Sequence:
         sampling, policy, session = self.settings.sampling, self.policy, self.session
         cap = min(policy.cap, self.max_new_tokens - len(self.output_ids) - 1)
         started = self.engine.clock()
-        draft, verified = Draft([]), 0
+        draft, verified, asked = Draft([]), 0, 0
         nodes, branching = self.settings.tree_budget, self.settings.tree_topk
         if session is not None and cap > 0:
             committed = self.committed
@@ -149,7 +150,7 @@ class Sequence:
                     policy.choose(len(draft.tokens), draft.evidence) if draft.parents is None else len(draft.tokens)
                 )
             else:  # decide first: every drafted token costs a forward pass
-                verified = policy.choose(cap, None)
+                verified = asked = policy.choose(cap, None)
                 if verified:
                     request = DraftRequest(committed, verified, sampling, self.generator, nodes, branching)
                     draft = session.propose(request)
@@ -157,7 +158,7 @@ class Sequence:
         parents = draft.parents[:verified] if draft.parents is not None else None
         if parents is not None and is_chain(parents):
             parents = None  # a one-branch tree is a chain: the chain's code path
-        return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started, parents)
+        return PendingStep(cap, draft, draft.tokens[:verified], self.engine.clock() - started, parents, asked)
 
     def verify(self, logits: torch.Tensor, pending: PendingStep, tree: TreeLayout | None = None) -> Verdict:
         """The acceptance rule on this sequence's slice of a verification pass.
@@ -206,7 +207,10 @@ class Sequence:
         # the policy's D is a tree's depth: a tree "accepted all" when its kept path reached the deepest level
         depth = max(depths(parents)) if parents is not None else None
         verified = depth or len(drafted)
-        self.policy.observe(verified, verdict.accepted, pending.draft_s + verify_s, draft.evidence, first_matched)
+        seconds = pending.draft_s + verify_s
+        self.policy.observe(
+            StepObservation(verified, verdict.accepted, seconds, draft.evidence, first_matched, pending.asked)
+        )
         event = StepEvent(
             index=len(self.steps),
             draft_len=pending.cap,

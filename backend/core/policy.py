@@ -12,7 +12,9 @@ acceptance rate of a first draft token and r that of each later one given the pr
 (a geometric model of acceptance, as in Leviathan et al. §3). p1 is kept per "evidence" label the
 drafter attaches to a draft (e.g. how many tokens of context its match covered), so weak matches
 stop costing time while strong ones are verified in full. All estimates are decayed counts, so the
-policy follows the text as it moves between copying and free writing.
+policy follows the text as it moves between copying and free writing. A costly drafter may stop before
+its first token (DSpark's confidence head): that step paid for drafting, so its time counts as the
+time of asking for k drafts, not of a plain step, and it counts as a first draft that was not accepted.
 
 This matters most on a CPU, where verifying 2 tokens already costs far more than verifying 1. A free
 drafter (table lookup) proposes every step, verified or not, and its unverified first token is scored
@@ -25,11 +27,24 @@ It knows nothing about models or drafters beyond those numbers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from backend.core.errors import SpecScopeError
 
 MAX_DRAFT_LEN = 64
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """What a step did, as a policy learns from it."""
+
+    verified: int  # drafts verified (0 = a plain step)
+    accepted: int
+    seconds: float  # drafting + verification
+    evidence: str | None  # the drafter's label for this draft
+    first_matched: bool | None  # did the first draft equal the target's token (verified or not); None: no draft
+    asked: int = 0  # drafts a costly drafter was asked for; it may stop sooner (low confidence)
 
 
 class DraftLengthPolicy(Protocol):
@@ -40,11 +55,8 @@ class DraftLengthPolicy(Protocol):
         """How many of `available` drafted tokens to verify (0 = a plain step)."""
         ...
 
-    def observe(
-        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
-    ) -> None:
-        """What a step did: `first_matched` tells whether the first draft equalled the target's token
-        (known for a verified draft, and for an unverified one by comparing it afterwards)."""
+    def observe(self, step: StepObservation) -> None:
+        """What a step did."""
         ...
 
 
@@ -56,9 +68,7 @@ class FixedDraftLength:
     def choose(self, available: int, evidence: str | None) -> int:
         return min(self.cap, available)
 
-    def observe(
-        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
-    ) -> None:
+    def observe(self, step: StepObservation) -> None:
         pass
 
 
@@ -116,13 +126,16 @@ class AdaptiveDraftLength:
                 best_k, best_rate = k, rate
         return best_k
 
-    def observe(
-        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
-    ) -> None:
-        previous = self.step_seconds.get(verified)
-        self.step_seconds[verified] = seconds if previous is None else 0.7 * previous + 0.3 * seconds
-        if first_matched is not None:
-            self._first_rate(evidence).add(int(first_matched), 1)
+    def observe(self, step: StepObservation) -> None:
+        verified, accepted, evidence = step.verified, step.accepted, step.evidence
+        if step.asked and not verified:  # paid for drafting, stopped before its first token: an ask that failed
+            self._time(step.asked, step.seconds)
+            self._first_rate(evidence).add(0, 1)
+            self.plain_steps_in_a_row = 0
+            return
+        self._time(verified, step.seconds)
+        if step.first_matched is not None:
+            self._first_rate(evidence).add(int(step.first_matched), 1)
         if verified == 0:
             self.plain_steps_in_a_row += 1
             return
@@ -134,6 +147,10 @@ class AdaptiveDraftLength:
             self.cap = min(self.d_max, 2 * self.cap)
         else:
             self.cap = max(2, accepted + 1)
+
+    def _time(self, draft_len: int, seconds: float) -> None:
+        previous = self.step_seconds.get(draft_len)
+        self.step_seconds[draft_len] = seconds if previous is None else 0.7 * previous + 0.3 * seconds
 
     def _first_rate(self, evidence: str | None) -> DecayedRate:
         if evidence not in self.first:
@@ -166,9 +183,7 @@ class ScheduledDraftLength:
     def choose(self, available: int, evidence: str | None) -> int:
         return min(self.cap, available)
 
-    def observe(
-        self, verified: int, accepted: int, seconds: float, evidence: str | None, first_matched: bool | None
-    ) -> None:
+    def observe(self, step: StepObservation) -> None:
         pass
 
 

@@ -195,6 +195,39 @@ def test_a_drafter_that_proposes_nothing_decodes_plainly(tiny):
     assert all(step.stop_reason == "no-match" for step in result.steps if step.draft_len > 0)
 
 
+class Declining(Silent):
+    """A costly drafter whose confidence stops every draft before its first token."""
+
+    free_to_propose = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def propose(self, request):
+        self.calls += 1
+        return Draft([], stop_reason="low-confidence")
+
+
+def test_auto_hears_that_a_costly_drafter_was_asked_though_it_drafted_nothing(tiny, monkeypatch):
+    """Such a step paid for drafting: `auto` must not time it as a plain step (policy.StepObservation.asked)."""
+    from backend.core.policy import AdaptiveDraftLength
+
+    heard = []
+    observe = AdaptiveDraftLength.observe
+
+    def spy(self, step):
+        heard.append(step)
+        return observe(self, step)
+
+    monkeypatch.setattr(AdaptiveDraftLength, "observe", spy)
+    drafter = Declining()
+    result = run(tiny, drafter, "auto")
+    assert result.output_ids == run(tiny, None, 0).output_ids
+    asked = [step for step in heard if step.asked]
+    assert len(asked) == drafter.calls > 0
+    assert all(step.verified == 0 for step in heard)
+
+
 @pytest.mark.parametrize(
     ("prompt", "settings", "message"),
     [

@@ -3,7 +3,7 @@
 import pytest
 
 from backend.core.errors import SpecScopeError
-from backend.core.policy import AdaptiveDraftLength, FixedDraftLength, make_policy
+from backend.core.policy import AdaptiveDraftLength, FixedDraftLength, StepObservation, make_policy
 
 
 def test_fixed_policy_verifies_what_is_available_up_to_d():
@@ -21,24 +21,24 @@ def test_bad_draft_lengths(bad):
 def test_auto_measures_plain_then_tries_drafting():
     policy = AdaptiveDraftLength(free_drafter=True)
     assert policy.choose(8, None) == 0  # first a plain step, to have a baseline time
-    policy.observe(0, 0, 0.05, None, None)
+    policy.observe(StepObservation(0, 0, 0.05, None, None))
     assert policy.choose(8, None) == 4  # then drafting, at the starting cap
 
 
 def test_auto_cap_doubles_on_full_acceptance_and_shrinks_on_rejection():
     policy = AdaptiveDraftLength(free_drafter=True, d_max=16)
-    policy.observe(4, 4, 0.06, "n3", True)
+    policy.observe(StepObservation(4, 4, 0.06, "n3", True))
     assert policy.cap == 8
-    policy.observe(8, 8, 0.06, "n3", True)
-    policy.observe(16, 16, 0.06, "n3", True)
+    policy.observe(StepObservation(8, 8, 0.06, "n3", True))
+    policy.observe(StepObservation(16, 16, 0.06, "n3", True))
     assert policy.cap == 16
-    policy.observe(16, 3, 0.06, "n3", True)
+    policy.observe(StepObservation(16, 3, 0.06, "n3", True))
     assert policy.cap == 4
 
 
 def cpu_like(policy: AdaptiveDraftLength) -> None:
     """Verification of any draft costs twice a plain step, as on a 2-core CPU."""
-    policy.observe(0, 0, 0.05, None, None)
+    policy.observe(StepObservation(0, 0, 0.05, None, None))
     for k in (1, 4, 8, 16):
         policy.step_seconds[k] = 0.10
 
@@ -47,7 +47,7 @@ def test_auto_stops_verifying_drafts_that_keep_failing():
     policy = AdaptiveDraftLength(free_drafter=True)
     cpu_like(policy)
     for _ in range(10):
-        policy.observe(2, 0, 0.10, "n1", False)
+        policy.observe(StepObservation(2, 0, 0.10, "n1", False))
     assert policy.choose(8, "n1") == 0  # expected gain below the cost of verifying
 
 
@@ -55,9 +55,9 @@ def test_auto_verifies_strong_evidence_but_not_weak():
     policy = AdaptiveDraftLength(free_drafter=True)
     cpu_like(policy)
     for _ in range(10):
-        policy.observe(0, 0, 0.05, "n1", False)  # unverified weak matches were wrong
-        policy.observe(0, 0, 0.05, "n4", True)  # strong matches were right
-        policy.observe(8, 8, 0.10, "n4", True)
+        policy.observe(StepObservation(0, 0, 0.05, "n1", False))  # unverified weak matches were wrong
+        policy.observe(StepObservation(0, 0, 0.05, "n4", True))  # strong matches were right
+        policy.observe(StepObservation(8, 8, 0.10, "n4", True))
     assert policy.choose(16, "n1") == 0
     assert policy.choose(16, "n4") == 16
 
@@ -66,8 +66,27 @@ def test_auto_probes_a_costly_drafter_after_plain_steps():
     policy = AdaptiveDraftLength(free_drafter=False, probe_every=3)
     cpu_like(policy)
     for _ in range(10):
-        policy.observe(2, 0, 0.10, None, False)
+        policy.observe(StepObservation(2, 0, 0.10, None, False))
     assert policy.choose(4, None) == 0
     for _ in range(3):
-        policy.observe(0, 0, 0.05, None, None)
+        policy.observe(StepObservation(0, 0, 0.05, None, None))
     assert policy.choose(4, None) == 2  # probe at the (shrunk) cap
+
+
+def test_auto_keeps_a_costly_drafters_early_stops_out_of_the_plain_step_time():
+    """A drafter that stops before its first token (low confidence) was still paid for: its step is no
+    plain step, so a plain step stays cheap in the estimate and such drafting stops paying."""
+    policy = AdaptiveDraftLength(free_drafter=False, probe_every=100)
+    cpu_like(policy)
+    for _ in range(20):
+        policy.observe(StepObservation(0, 0, 0.09, None, None, asked=2))  # drafting cost 0.04 s and gave nothing
+        policy.observe(StepObservation(1, 1, 0.10, None, True))  # the rest of the time one draft is accepted
+    assert policy.step_seconds[0] == pytest.approx(0.05)
+    assert policy.first[None].value == pytest.approx(0.5, abs=0.1)  # stops count as missed first drafts
+    assert policy.choose(1, None) == 0  # ~1.5 tokens per 0.10 s loses to 1 per 0.05 s
+    for _ in range(20):
+        policy.observe(
+            StepObservation(0, 0, 0.09, None, None)
+        )  # without `asked`, the same steps are timed as plain ones
+    assert policy.step_seconds[0] == pytest.approx(0.09, rel=1e-3)
+    assert policy.choose(1, None) == 1  # and drafting would look worth it

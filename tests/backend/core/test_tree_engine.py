@@ -154,9 +154,9 @@ def test_auto_learns_a_trees_depth_not_its_node_count(tiny, monkeypatch):
     heard: list[tuple[int, int]] = []
     observe = FixedDraftLength.observe
 
-    def spy(self, verified, accepted, *rest):
-        heard.append((verified, accepted))
-        return observe(self, verified, accepted, *rest)
+    def spy(self, step):
+        heard.append((step.verified, step.accepted))
+        return observe(self, step)
 
     monkeypatch.setattr(FixedDraftLength, "observe", spy)  # every policy hears the same (auto acts on it)
     result = run(tiny, build_drafter("ngram", tiny), BRANCHING * 2, draft_len=4, tree_budget=12)
