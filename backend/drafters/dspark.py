@@ -101,7 +101,7 @@ class DSparkSession(BlockSession):
     def draft(self, hidden: torch.Tensor, anchor: int, request: DraftRequest) -> Draft:
         """hidden [n, H] for slots 1..n -> the draft, stopping at low confidence or after an EOS."""
         head: DSparkHead = self.drafter.head
-        base = head.backbone.logits(hidden)  # [n, Vd]
+        base: torch.Tensor | None = None  # [n, Vd]: the backbone's logits, once a first slot passes
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         confidence: list[float] = []
@@ -112,6 +112,8 @@ class DSparkSession(BlockSession):
             if survival < self.drafter.threshold:
                 stop = "low-confidence"
                 break
+            if base is None:  # a draft that stops before its first slot never reads the LM head
+                base = head.backbone.logits(hidden)
             chosen, q, p = pick_tokens(head.corrected(base[k : k + 1], z), head.d2t, self.drafter.vocab_size, request)
             tokens += chosen
             confidence += p

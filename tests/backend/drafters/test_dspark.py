@@ -99,6 +99,17 @@ def test_the_confidence_cut_shortens_drafts_and_says_so(tiny):
     )
 
 
+def test_a_draft_cut_before_its_first_token_never_reads_the_lm_head(tiny, monkeypatch):
+    head = dspark.new_head(tiny)
+    rows: list[int] = []
+    logits = head.backbone.logits
+    monkeypatch.setattr(head.backbone, "logits", lambda hidden: rows.append(hidden.shape[0]) or logits(hidden))
+    assert first_draft(dspark.DSparkDrafter(tiny, head, threshold=1.0), tiny, PROMPT, 4).tokens == []
+    assert rows == []
+    assert len(first_draft(dspark.DSparkDrafter(tiny, head, threshold=0.0), tiny, PROMPT, 4).tokens) == 4
+    assert rows == [4]  # one read for the whole block
+
+
 def test_training_reduces_every_part_of_the_loss(tiny, distilled):
     head = dspark.new_head(tiny, {"block_size": 4})
     parts = TargetParts.of(tiny)
