@@ -1,6 +1,6 @@
 """The table `bench speed` prints: the summary per configuration (AL, tokens/s, speedups end to end and
-decode-only, worst category, lossless), speedup and AL with CIs by category, and the share of tree steps that branched.
-Knows only the report's keys (backend/lab/bench.py), not how it was measured."""
+decode-only, worst category, lossless), speedup and AL with CIs by category, and the share of tree steps
+that branched. Knows only the report's keys (backend/lab/bench.py), not how it was measured."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from types import SimpleNamespace
 
 import duckdb
@@ -15,7 +14,9 @@ from backend.core.metrics import AcceptanceCounter
 from backend.lab.analysis import acceptance_groups
 from backend.lab.store import RunStore
 from backend.lab.store_schema import MIGRATIONS
-from tests.helpers.tiny import save_tiny
+from backend.serving.bodies import MAX_NEW_TOKENS
+from backend.serving.live import FLUSH_EVERY_STEPS
+from tests.helpers.tiny import save_tiny, tiny_llama
 from tests.helpers.workers import WorkerProcess
 
 
@@ -209,20 +210,20 @@ def test_open_runs_become_incomplete_at_the_next_start(tmp_path):
     assert reopened.recovered == 1 and reopened.run("r1")["status"] == "incomplete"
 
 
-def test_a_run_killed_mid_way_keeps_its_steps_and_is_marked_incomplete(tiny, tmp_path):
+def test_a_run_killed_mid_way_keeps_its_steps_and_is_marked_incomplete(tmp_path):
     db = tmp_path / "killed.duckdb"
-    worker = WorkerProcess(db, str(save_tiny(tiny, tmp_path / "tiny")))
+    longest = MAX_NEW_TOKENS  # a tiny model decodes ~1,000 tokens/s: the run must outlast the kill
+    worker = WorkerProcess(db, str(save_tiny(tiny_llama(max_context=2 * longest), tmp_path / "tiny")))
     try:
         worker.wait_ready()
-        body = {"prompt": "w5 w9 w13", "drafter": "none", "draft_len": 0, "max_new_tokens": 480, "baseline": False}
+        body = {"prompt": "w5 w9 w13", "drafter": "none", "draft_len": 0, "max_new_tokens": longest, "baseline": False}
         with httpx.stream("POST", worker.url + "/generate", json=body, timeout=60) as reply:
             lines = reply.iter_lines()
             run_id = json.loads(next(lines))["run_id"]
             steps_seen = 0
             for line in lines:
                 steps_seen += json.loads(line)["type"] == "step"
-                if steps_seen == 100:
-                    time.sleep(0.6)  # past a flush
+                if steps_seen == FLUSH_EVERY_STEPS + 1:  # the worker stored the first steps before deciding this one
                     worker.process.send_signal(signal.SIGKILL)
                     break
         worker.process.wait(timeout=10)
@@ -231,4 +232,4 @@ def test_a_run_killed_mid_way_keeps_its_steps_and_is_marked_incomplete(tiny, tmp
     store = RunStore(db)
     run = store.run(run_id)
     assert run["status"] == "incomplete"
-    assert 0 < len(store.steps(run_id)) <= 480
+    assert FLUSH_EVERY_STEPS <= len(store.steps(run_id)) < longest
