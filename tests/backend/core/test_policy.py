@@ -84,9 +84,7 @@ def test_auto_keeps_a_costly_drafters_early_stops_out_of_the_plain_step_time():
     assert policy.step_seconds[0] == pytest.approx(0.05)
     assert policy.first[None].value == pytest.approx(0.5, abs=0.1)  # stops count as missed first drafts
     assert policy.choose(1, None) == 0  # ~1.5 tokens per 0.10 s loses to 1 per 0.05 s
-    for _ in range(20):
-        policy.observe(
-            StepObservation(0, 0, 0.09, None, None)
-        )  # without `asked`, the same steps are timed as plain ones
+    for _ in range(20):  # without `asked`, the same steps are timed as plain ones
+        policy.observe(StepObservation(0, 0, 0.09, None, None))
     assert policy.step_seconds[0] == pytest.approx(0.09, rel=1e-3)
     assert policy.choose(1, None) == 1  # and drafting would look worth it
