@@ -59,6 +59,13 @@ def add_train_parser(commands) -> None:
     trainer.add_argument("--lr", type=float, default=1e-3)
     trainer.add_argument("--validate-every", type=int, default=100)
     trainer.add_argument(
+        "--precision",
+        choices=("auto", "fp32", "bf16"),
+        default="auto",
+        help="the head's matmuls: bf16 autocast (fp32 weights and optimizer; the teacher's logits in full precision) "
+        "or fp32; auto: bf16 where the device multiplies bf16 in hardware (CUDA, AVX512-BF16 or AMX CPUs)",
+    )
+    trainer.add_argument(
         "--eval-per-category",
         type=int,
         default=0,

@@ -137,7 +137,7 @@ def chain_loss(
     d2t, length = head.d2t, batch.input_ids.shape[1]
     final = batch.hidden[parts.num_layers]  # [B, T, H]
     soft = target_distribution(parts, final, d2t)  # [B, T, Vd]
-    with torch.no_grad():
+    with torch.no_grad():  # the argmax only masks and scores positions: bf16 under mixed precision is enough
         best = torch.cat([parts.lm_head(chunk).argmax(-1) for chunk in final.flatten(0, 1).split(1024)])
         to_draft = torch.full((parts.vocab_size,), -1, dtype=torch.long, device=d2t.device)
         to_draft[d2t] = torch.arange(d2t.numel(), device=d2t.device)

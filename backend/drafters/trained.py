@@ -109,12 +109,21 @@ class TrainedHead(nn.Module):
 
 
 @torch.no_grad()
+def teacher_logits(parts: TargetParts, final: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The target's next-token logits read from its cached final states: lm_head(hs_L), over every token or the
+    vocabulary `rows` only. final [..., H] -> [..., V or len(rows)] fp32. Computed in the LM head's own dtype even
+    under mixed-precision training: the teacher signal is never rounded to bf16."""
+    weight, bias = parts.lm_head.weight.detach(), parts.lm_head.bias
+    if rows is not None:
+        weight, bias = weight[rows], bias[rows] if bias is not None else None  # [Vd, H]
+    with torch.autocast(final.device.type, enabled=False):
+        return F.linear(final.to(weight.dtype), weight, bias).float()
+
+
 def target_distribution(parts: TargetParts, final: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
     """The soft targets: the target's next-token distribution restricted to the draft vocabulary,
     p = softmax(lm_head(hs_L)[d2t]). final [..., H] (hidden state L) -> [..., Vd] fp32."""
-    weight = parts.lm_head.weight.detach()[d2t]  # [Vd, H]
-    bias = parts.lm_head.bias[d2t] if parts.lm_head.bias is not None else None
-    return torch.softmax(F.linear(final.to(weight.dtype), weight, bias).float(), dim=-1)
+    return torch.softmax(teacher_logits(parts, final, d2t), dim=-1)
 
 
 class CommittedStates:

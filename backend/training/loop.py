@@ -46,6 +46,7 @@ class TrainSettings:
     seed: int = 0
     minutes: float | None = None  # a wall-clock budget: training stops at `tokens` or here, whichever is first
     timed_validations: int = 5  # with a budget, validate at each 1/n of it (as well as every validate_every steps)
+    autocast_dtype: torch.dtype | None = None  # autocast's compute dtype for the head's passes (bf16); None: off
 
     @property
     def steps(self) -> int:
@@ -105,7 +106,8 @@ def train(
     out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with kind.save,
     and return the curves. With a time budget the learning-rate schedule follows elapsed time. `run` (its
     data, its command) is recorded in the report's runs with the step it started from, and the checkpoint
-    keeps the list, so the weights' history survives resuming with other data."""
+    keeps the list, so the weights' history survives resuming with other data. `progress` hears each step's
+    loss, metrics and training seconds so far (over every run, validation not counted)."""
     parts = TargetParts.of(target)
     for parameter in target.model.parameters():
         parameter.requires_grad_(False)
@@ -124,7 +126,8 @@ def train(
     head.train()
     done = start_step
     while settings.progress(done, report.seconds) < 1:
-        loss, metrics = kind.training_loss(head, parts, next(data))
+        with mixed_precision(target.device, settings.autocast_dtype):
+            loss, metrics = kind.training_loss(head, parts, next(data))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -141,7 +144,7 @@ def train(
         report.steps, report.seconds = done, seconds  # validation time is not counted against the budget
         if done % settings.checkpoint_every == 0 or finished:
             _checkpoint(out / CHECKPOINT, head, optimizer, schedule, report)
-        progress(done, settings.steps, {"loss": float(loss.detach()), **metrics})
+        progress(done, settings.steps, {"loss": float(loss.detach()), **metrics, "seconds": seconds})
         started = time.perf_counter() - report.seconds
     kind.save(head, target, out)
     return report
@@ -162,7 +165,8 @@ def validate(
     held-out instructions (greedy, D = settings.validation_draft_len)."""
     head.eval()
     held_out = batches(data, settings.window, settings.rows, target.device, target.dtype, epochs=1)
-    losses = [float(kind.training_loss(head, parts, batch)[0]) for batch in islice(held_out, VALIDATION_BATCHES)]
+    with mixed_precision(target.device, settings.autocast_dtype):
+        losses = [float(kind.training_loss(head, parts, batch)[0]) for batch in islice(held_out, VALIDATION_BATCHES)]
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
     drafter = kind.drafter(target, head)
     run = GenerationSettings(settings.validation_new_tokens, draft_len=settings.validation_draft_len)
@@ -177,6 +181,22 @@ def validate(
         "validation_loss": sum(losses) / max(1, len(losses)),
         "al": acceptance_stats(steps).al,
     }
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Does this device multiply bf16 matrices in hardware (CUDA's bf16 support, a CPU with AVX512-BF16 or AMX)?
+    There mixed precision trains a head ~2.5x faster per step (8 x 256 EAGLE-3 step on one AVX512-BF16 core:
+    2.1 s against 5.3 s in fp32); elsewhere bf16 is emulated and slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's, private: absent means no
+    return device.type == "cpu" and any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+
+
+def mixed_precision(device: torch.device, dtype: torch.dtype | None) -> torch.autocast:
+    """Autocast for a training pass: the head's matmuls in `dtype` with fp32 weights, gradients and optimizer
+    state; off when dtype is None. The teacher's logits stay in full precision (trained.teacher_logits)."""
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 def _timed_validation_due(report: TrainReport, settings: TrainSettings, seconds: float) -> bool:

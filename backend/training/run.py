@@ -21,7 +21,7 @@ from backend.training.card import suite_acceptance, write_card
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
 from backend.training.kinds import KINDS
-from backend.training.loop import TrainSettings, train
+from backend.training.loop import TrainSettings, native_bf16, train
 from backend.training.readings import build_readings
 from backend.training.rounds import ship_if_better
 
@@ -55,6 +55,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         validate_every=args.validate_every,
         minutes=args.minutes,
         validation_prompts=args.validation_prompts,
+        autocast_dtype=_autocast_dtype(args.precision, target.device),
     )
     head_settings = json.loads(args.settings) if args.settings else {}
     out = Path(args.out)
@@ -96,10 +97,9 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         file=sys.stderr,
         dynamic_ncols=True,
     ) as bar:
-        bar_started = time.perf_counter()
 
         def report_step(step: int, total: int, metrics: dict) -> None:
-            done = min(budget_s, round(time.perf_counter() - bar_started)) if budget_s else step
+            done = min(budget_s, round(metrics["seconds"])) if budget_s else step  # a resumed run starts part-way
             bar.update(done - bar.n)
             bar.set_postfix(
                 {"step": step, **{k: f"{v:.3g}" for k, v in metrics.items() if k in ("loss", "validation_loss", "al")}}
@@ -125,7 +125,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             "validation_sequence_tokens": validation_data.tokens(),
             "distil_seconds": round(distil_s, 1),
             "device": str(target.device),
-            "dtype": str(target.dtype),
+            "dtype": str(target.dtype) + (", bf16 autocast" if settings.autocast_dtype else ""),
             "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
             "command": _command(),
         },
@@ -186,6 +186,12 @@ def _distil_teacher(
 def _command() -> str:
     """This run's command line after `python -m backend`."""
     return " ".join(sys.argv[1:]) if sys.argv else ""
+
+
+def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """--precision as the training loop's autocast dtype (None: fp32)."""
+    bf16 = precision == "bf16" or (precision == "auto" and native_bf16(device))
+    return torch.bfloat16 if bf16 else None
 
 
 def _shown(score: float | None) -> str:

@@ -44,7 +44,7 @@ from backend.drafters import STUDENT_MARKER as MARKER
 from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.head_io import WEIGHTS_FILE, checked_settings, target_record
 from backend.drafters.shared_student import SHARED_PARTS, SHARES_TARGET, share_target_parts
-from backend.drafters.trained import TargetParts, TrainBatch
+from backend.drafters.trained import TargetParts, TrainBatch, teacher_logits
 
 SHARED_LAYERS = 2  # a shared-embedding student's default depth
 TARGET_SHAPE = ("hidden_size", "num_heads", "num_kv_heads", "intermediate_size")  # the target's, when shared
@@ -165,7 +165,7 @@ def training_loss(student: LlamaForCausalLM, parts: TargetParts, batch: TrainBat
     mask = batch.loss_mask  # [B, T]
     logits = student(input_ids=batch.input_ids).logits[mask].float()  # [N, V]
     with torch.no_grad():
-        target_log_probs = torch.log_softmax(parts.lm_head(batch.hidden[parts.num_layers][mask]).float(), -1)  # [N, V]
+        target_log_probs = torch.log_softmax(teacher_logits(parts, batch.hidden[parts.num_layers][mask]), -1)  # [N, V]
     log_probs = torch.log_softmax(logits, dim=-1)  # [N, V]
     kl = (target_log_probs.exp() * (target_log_probs - log_probs)).sum(-1).mean()
     top1 = (log_probs.argmax(-1) == target_log_probs.argmax(-1)).float().mean()

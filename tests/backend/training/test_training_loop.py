@@ -12,13 +12,15 @@ import sys
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.drafters import DrafterOptions, build_drafter, eagle3
+from backend.drafters.trained import TargetParts, teacher_logits
 from backend.training.card import training_runs, write_card
 from backend.training.dataset import distil
 from backend.training.kinds import KINDS
-from backend.training.loop import CHECKPOINT, TrainReport, TrainSettings, train
+from backend.training.loop import CHECKPOINT, TrainReport, TrainSettings, mixed_precision, train
 from tests.helpers.tiny import save_tiny, tiny_instructions
 from tests.helpers.trained import small_settings
 from tests.helpers.workers import ROOT
@@ -58,6 +60,24 @@ def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_
     assert engine.generate(prompt, drafter, GenerationSettings(24, draft_len=4)).run().output_ids == plain
 
 
+@pytest.mark.parametrize("name", ["eagle3", "dspark", "draft-model"])
+def test_kinds_train_under_bf16_autocast_with_the_teacher_in_full_precision(tiny, data, tmp_path, name):
+    torch.manual_seed(0)
+    kind, parts = KINDS[name], TargetParts.of(tiny)
+    train_data, validation_data, validation = data
+    states = torch.randn(3, 5, parts.hidden_size)  # [B, T, H]
+    full = parts.lm_head(states).detach()  # [B, T, V] fp32
+    with mixed_precision(tiny.device, torch.bfloat16):
+        assert F.linear(states, parts.lm_head.weight).dtype == torch.bfloat16  # autocast is on...
+        assert torch.equal(teacher_logits(parts, states), full)  # ...and the teacher is not rounded
+    head = kind.new_head(tiny, HEAD_SETTINGS.get(name, {"draft_vocab_size": 48}))
+    settings = TrainSettings(**{**small_settings(30).__dict__, "autocast_dtype": torch.bfloat16})
+    report = train(kind, tiny, head, train_data, validation_data, validation, settings, tmp_path)
+    first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
+    assert last < first and math.isfinite(report.validation[-1]["validation_loss"]), (first, last)
+    assert all(p.dtype == torch.float32 for p in head.parameters())  # fp32 master weights
+
+
 def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
     train_data, validation_data, validation = data
     settings = small_settings(20)
@@ -67,10 +87,14 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
     )
     assert (tmp_path / CHECKPOINT).is_file()
     longer = TrainSettings(**{**settings.__dict__, "tokens": settings.tokens * 2})
+    heard: list[float] = []
     resumed = train(
-        eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, longer, tmp_path, run=second_run
+        *(eagle3, tiny, eagle3.new_head(tiny), train_data, validation_data, validation, longer, tmp_path),
+        progress=lambda step, total, metrics: heard.append(metrics["seconds"]),
+        run=second_run,
     )
     assert resumed.steps == 40 and resumed.train_loss[:20] == first.train_loss  # the first 20 were not redone
+    assert first.seconds < heard[0] <= heard[-1] == resumed.seconds  # progress counts the first run's time too
     assert resumed.runs == [{"from_step": 0, **first_run}, {"from_step": 20, **second_run}]
     card = write_card(
         tmp_path,
@@ -156,6 +180,8 @@ def test_train_command_end_to_end(tiny, tmp_path):
             "4",
             "--validate-every",
             "16",
+            "--precision",
+            "bf16",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -166,7 +192,7 @@ def test_train_command_end_to_end(tiny, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "trained eagle3: 32 steps" in done.stdout
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["kind"] == "eagle3" and (tmp_path / "out" / "README.md").is_file()
+    assert config["kind"] == "eagle3" and "bf16 autocast" in (tmp_path / "out" / "README.md").read_text()
 
 
 def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny, tmp_path):
