@@ -51,7 +51,7 @@ def test_shipped_drafters_propose_the_recorded_drafts(default_model, kind, tempe
     helper) and still match. Sampled drafts (T = 0.8) were recorded again after the rejection rule's
     correction draw changed to one uniform per step (the same distribution, another draw from the same seed),
     so they guard against regressions from there on. A training round that replaces shipped weights records
-    that kind's drafts again (eagle3 and dspark after their chat-data round)."""
+    that kind's drafts again (eagle3 and dspark after each of their rounds on chat data)."""
     engine = SpeculativeEngine(default_model.model, default_model.eos_token_ids, default_model.facts.max_context)
     prompt = encode_conversation(default_model.tokenizer, [RECORDED["prompt"]], [])
     settings = GenerationSettings(
