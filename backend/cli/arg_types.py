@@ -1,10 +1,11 @@
 """argparse types for the command line: comma-separated lists of names, draft lengths, temperatures,
-batch sizes, tree budgets and drafter option values, each refusing bad text with one sentence.
+batch sizes, tree budgets, drafter option values and JSON settings objects, each refusing bad text with one sentence.
 Knows nothing about what the commands do with them."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def names(text: str) -> list[str]:
@@ -75,3 +76,15 @@ def tree_budgets(text: str) -> list[int]:
     if any(budget < 0 for budget in budgets):
         raise argparse.ArgumentTypeError("tree budgets must be >= 0 (0 = a chain)")
     return budgets
+
+
+def json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({error.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object such as '{{\"draft_vocab_size\": 6144}}', got {text!r}"
+        )
+    return value

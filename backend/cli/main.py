@@ -8,6 +8,7 @@ and the benchmarks.
     bench sweep --engine vllm|sglang|tensorrt_llm|llamacpp (--url URL | --launch CMD --draft-lens 2,4)
                 --concurrency 1,4,16                                       a serving engine's sweep, stored
     bench reference                                                        rebuild data/reference/
+    bench train-step --kind eagle3                                         a training step, fp32 vs bf16
     export eagle3 --out DIR --format vllm|sglang                           a trained head for vLLM / SGLang
     training-data [--out FILE.jsonl]                                       the drafters' training instructions
 
@@ -34,6 +35,7 @@ from backend.cli.arg_types import (
     tree_topk,
 )
 from backend.cli.bench_start import add_bench_start_parser
+from backend.cli.bench_train_step import add_bench_train_step_parser
 from backend.cli.codesign import add_codesign_parser
 from backend.cli.common import quiet_libraries
 from backend.cli.engine import add_engine_args
@@ -198,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--json", action="store_true")
     stream.set_defaults(handler=lambda args: _bench("stream", args))
     add_bench_start_parser(bench)
+    add_bench_train_step_parser(bench)
 
     add_codesign_parser(commands)
     add_train_parser(commands)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from backend.cli.arg_types import json_object
+
 
 def add_train_parser(commands) -> None:
     trainer = commands.add_parser(
@@ -77,7 +79,12 @@ def add_train_parser(commands) -> None:
         help="then measure the weights in DIR the same way and replace them only if the new ones have a higher "
         "mean suite AL (2 prompts per category unless --eval-per-category); DIR's card records the round",
     )
-    trainer.add_argument("--settings", help="JSON object of the mechanism's settings (layers, vocabulary, ...)")
+    trainer.add_argument(
+        "--settings",
+        type=json_object,
+        default={},
+        help="JSON object of the mechanism's settings (layers, vocabulary, ...)",
+    )
     trainer.add_argument("--device", default="auto")
     trainer.add_argument("--dtype", default="auto")
     trainer.add_argument("--allow-remote-code", action="store_true")

@@ -21,6 +21,10 @@ from backend.lab.prompts import DEFAULT_SUITE, first_turn_ids, load_suite
 from backend.training.loop import TrainReport, TrainSettings
 
 
+def threads_text(count: int) -> str:
+    return f"{count} thread" + ("" if count == 1 else "s")
+
+
 def suite_acceptance(
     target: LoadedModel,
     drafter,

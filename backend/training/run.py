@@ -8,8 +8,8 @@ Knows nothing about any one kind beyond the TrainableKind interface (loop.py) an
 from __future__ import annotations
 
 import argparse
-import json
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from backend.core.errors import SpecScopeError
-from backend.training.card import suite_acceptance, write_card
+from backend.training.card import suite_acceptance, threads_text, write_card
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
 from backend.training.kinds import KINDS
@@ -57,7 +57,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         validation_prompts=args.validation_prompts,
         autocast_dtype=_autocast_dtype(args.precision, target.device),
     )
-    head_settings = json.loads(args.settings) if args.settings else {}
+    head_settings = args.settings
     out = Path(args.out)
     instructions = build_instructions()
     validation = held_out(instructions)
@@ -126,7 +126,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             "distil_seconds": round(distil_s, 1),
             "device": str(target.device),
             "dtype": str(target.dtype) + (", bf16 autocast" if settings.autocast_dtype else ""),
-            "hardware": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
+            "hardware": f"{platform.processor() or platform.machine()}, {threads_text(torch.get_num_threads())}",
             "command": _command(),
         },
         suite,
@@ -184,8 +184,8 @@ def _distil_teacher(
 
 
 def _command() -> str:
-    """This run's command line after `python -m backend`."""
-    return " ".join(sys.argv[1:]) if sys.argv else ""
+    """This run's command line after `python -m backend`, quoted so that it can be pasted."""
+    return shlex.join(sys.argv[1:]) if sys.argv else ""
 
 
 def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

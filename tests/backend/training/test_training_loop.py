@@ -134,6 +134,7 @@ def test_steps_from_a_checkpoint_that_kept_no_runs_count_as_one_unrecorded_run()
     [
         (["--kind", "medusa"], "unknown drafter kind 'medusa'"),
         (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
+        (["--kind", "eagle3", "--settings", "{layers: [9]}"], "expected a JSON object"),
         (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
         (["--kind", "eagle3", "--ship", "{out}"], "give --out another folder"),
     ],
@@ -268,6 +269,7 @@ def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny
     steps = int(done.stdout.split("trained draft-model: ")[1].split(" steps")[0])
     assert 1 < steps < 1000000000 // (32 * 4)  # the time budget ended it
     assert json.loads((tmp_path / "student" / "config.json").read_text())["model_type"] == "llama"
+    assert f"--settings '{settings}'" in (tmp_path / "student" / "README.md").read_text()  # pasteable as written
 
 
 def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_path):
