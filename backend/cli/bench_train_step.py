@@ -36,16 +36,13 @@ def add_bench_train_step_parser(bench) -> None:
 def bench_train_step_command(args: argparse.Namespace) -> int:
     from backend.cli.common import load_target
     from backend.training.card import threads_text
-    from backend.training.kinds import KINDS
+    from backend.training.kinds import kind_named
     from backend.training.step_timing import time_training_steps
 
-    if args.kind not in KINDS:
-        raise SpecScopeError(f"unknown drafter kind '{args.kind}': choose one of {', '.join(KINDS)}")
+    kind = kind_named(args.kind)
     if min(args.rows, args.window, args.repeats) < 1 or args.window < 2:
         raise SpecScopeError("--rows and --repeats must be at least 1 and --window at least 2")
-    report = time_training_steps(
-        KINDS[args.kind], load_target(args), args.settings, args.rows, args.window, args.repeats
-    )
+    report = time_training_steps(kind, load_target(args), args.settings, args.rows, args.window, args.repeats)
     native = "in hardware" if report["native_bf16"] else "emulated (no native bf16 on this device)"
     print(
         f"{report['kind']} training step, {report['rows']} x {report['window']} tokens, on {report['device']} "

@@ -20,7 +20,7 @@ from backend.core.errors import SpecScopeError
 from backend.training.card import suite_acceptance, threads_text, write_card
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
-from backend.training.kinds import KINDS
+from backend.training.kinds import KINDS, kind_named
 from backend.training.loop import TrainSettings, native_bf16, train
 from backend.training.readings import build_readings
 from backend.training.rounds import ship_if_better
@@ -36,13 +36,11 @@ TEACHERS = {
 def train_command(args: argparse.Namespace, load_target) -> int:
     from tqdm import tqdm
 
-    if args.kind not in KINDS:
-        raise SpecScopeError(f"unknown drafter kind '{args.kind}': choose one of {', '.join(KINDS)}")
+    kind = kind_named(args.kind)
     if args.minutes is not None and args.minutes <= 0:
         raise SpecScopeError(f"--minutes must be positive (got {args.minutes:g}); leave it out to train by --tokens")
     if args.ship and Path(args.ship).resolve() == Path(args.out).resolve():
         raise SpecScopeError("--ship names the shipped folder the new weights may replace: give --out another folder")
-    kind = KINDS[args.kind]
     target = load_target(args)
     if target.device.type == "cuda" and args.dtype == "auto":
         target.model.to(torch.bfloat16)
