@@ -8,6 +8,7 @@ import argparse
 import json
 
 from backend.cli.arg_types import json_object
+from backend.cli.common import add_target_args
 from backend.core.errors import SpecScopeError
 
 
@@ -25,10 +26,7 @@ def add_bench_train_step_parser(bench) -> None:
     timing.add_argument(
         "--settings", type=json_object, default={}, help="JSON object of the mechanism's settings, as train takes it"
     )
-    timing.add_argument("--target", default="default")
-    timing.add_argument("--device", default="auto")
-    timing.add_argument("--dtype", default="auto")
-    timing.add_argument("--allow-remote-code", action="store_true")
+    add_target_args(timing)
     timing.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     timing.set_defaults(handler=bench_train_step_command)
 

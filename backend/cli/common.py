@@ -17,6 +17,19 @@ def drafter_options(args: argparse.Namespace):
     return DrafterOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DrafterOptions)})
 
 
+TARGET_HELP = "target model: default (SmolLM2-135M-Instruct), a HF id, a folder or a .gguf file"
+
+
+def add_target_args(
+    parser: argparse.ArgumentParser, target_default: str | None = "default", target_help: str = TARGET_HELP
+) -> None:
+    """The flags load_target reads: --target, --device, --dtype and --allow-remote-code."""
+    parser.add_argument("--target", default=target_default, help=target_help)
+    parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
+    parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
+
+
 def load_target(args: argparse.Namespace):
     quiet_libraries()
     from backend.core.models import load_model

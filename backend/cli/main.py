@@ -37,7 +37,7 @@ from backend.cli.arg_types import (
 from backend.cli.bench_start import add_bench_start_parser
 from backend.cli.bench_train_step import add_bench_train_step_parser
 from backend.cli.codesign import add_codesign_parser
-from backend.cli.common import quiet_libraries
+from backend.cli.common import add_target_args, quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
@@ -241,14 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--target",
-        default="default",
-        help="target model: default (SmolLM2-135M-Instruct), a HF id, a folder or a .gguf file",
-    )
-    parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
-    parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
+    add_target_args(parser)
     _add_compile_arg(parser)
 
 
@@ -283,12 +276,9 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument("--categories", type=names)
     parser.add_argument("--limit", type=int)
     parser.add_argument("--per-category", type=int, default=defaults.get("per_category"))
-    parser.add_argument(
-        "--target", help="target model (default: the worker's default target; in process, the embedded default)"
+    add_target_args(
+        parser, None, "target model (default: the worker's default target; in process, the embedded default)"
     )
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--allow-remote-code", action="store_true")
     _add_compile_arg(parser)
     parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from backend.cli.arg_types import json_object
+from backend.cli.common import add_target_args
 
 
 def add_train_parser(commands) -> None:
@@ -20,7 +21,6 @@ def add_train_parser(commands) -> None:
         "folder's checkpoint.",
     )
     trainer.add_argument("--kind", required=True)
-    trainer.add_argument("--target", default="default")
     trainer.add_argument("--out", required=True, help="output folder (weights, checkpoint, model card)")
     trainer.add_argument("--tokens", type=int, default=200_000, help="training window tokens to see")
     trainer.add_argument(
@@ -85,9 +85,7 @@ def add_train_parser(commands) -> None:
         default={},
         help="JSON object of the mechanism's settings (layers, vocabulary, ...)",
     )
-    trainer.add_argument("--device", default="auto")
-    trainer.add_argument("--dtype", default="auto")
-    trainer.add_argument("--allow-remote-code", action="store_true")
+    add_target_args(trainer)
     trainer.set_defaults(handler=_train)
 
 

@@ -10,6 +10,7 @@ Knows nothing about the mechanisms; it formats what the training run measured.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
@@ -137,7 +138,7 @@ def write_card(
         f"({report.steps * settings.rows * settings.window} window tokens), AdamW, learning rate "
         f"{settings.learning_rate}, warm-up {settings.warmup_steps} steps then cosine decay.",
         f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
-        f"- Head settings: `{head_settings or 'defaults'}`.",
+        f"- Head settings: `{json.dumps(head_settings) if head_settings else 'defaults'}`.",
         f"- Command: `python -m backend {facts['command']}`",
         *_runs_markdown(summary["runs"]),
         "",
@@ -145,7 +146,7 @@ def write_card(
         "",
         f"| training tokens | validation loss | AL (greedy, D = {settings.validation_draft_len}) |",
         "|---:|---:|---:|",
-        *[f"| {v['tokens']} | {v['validation_loss']:.3f} | {v['al']:.2f} |" for v in report.validation],
+        *[f"| {v['tokens']} | {v['validation_loss']:.3f} | {v['al']:.2f} |" for v in summary["validation"]],
     ]
     if suite:
         lines += [
@@ -168,7 +169,8 @@ def write_card(
         "kinds at once:",
         "",
         f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{name} "
-        f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32",
+        f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32"
+        + (f" --settings {shlex.quote(json.dumps(head_settings))}" if head_settings else ""),
         "",
     ]
     path = out / MODEL_CARD_FILE

@@ -108,30 +108,23 @@ def train(
     data, its command) is recorded in the report's runs with the step it started from, and the checkpoint
     keeps the list, so the weights' history survives resuming with other data. `progress` hears each step's
     loss, metrics and training seconds so far (over every run, validation not counted)."""
-    parts = TargetParts.of(target)
-    for parameter in target.model.parameters():
-        parameter.requires_grad_(False)
-    trainable = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=settings.learning_rate, weight_decay=0.0)
+    parts = frozen_target_parts(target)
+    optimizer = head_optimizer(head, settings.learning_rate)
     report = TrainReport(0, 0.0)
     started = time.perf_counter()
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: _lr_factor(step, settings.progress(step, time.perf_counter() - started), settings)
     )
     start_step = _resume(out / CHECKPOINT, head, optimizer, schedule, report)
-    report.runs.append({"from_step": start_step, **(run or {})})
+    if settings.progress(start_step, report.seconds) < 1:  # a resumed run whose budget is spent trains nothing
+        report.runs.append({"from_step": start_step, **(run or {})})
     data = batches(train_data, settings.window, settings.rows, target.device, target.dtype, settings.seed + start_step)
     data = chain([next(data)], data)  # the shards are read here, before the clock starts
     started = time.perf_counter() - report.seconds
     head.train()
     done = start_step
     while settings.progress(done, report.seconds) < 1:
-        with mixed_precision(target.device, settings.autocast_dtype):
-            loss, metrics = kind.training_loss(head, parts, next(data))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
+        loss, metrics = optimizer_step(kind, head, parts, next(data), optimizer, settings.autocast_dtype)
         schedule.step()
         done += 1
         report.train_loss.append((done, float(loss.detach())))
@@ -148,6 +141,37 @@ def train(
         started = time.perf_counter() - report.seconds
     kind.save(head, target, out)
     return report
+
+
+def frozen_target_parts(target: LoadedModel) -> TargetParts:
+    """The target's parts a head reads, with every target weight frozen: only the head learns."""
+    for parameter in target.model.parameters():
+        parameter.requires_grad_(False)
+    return TargetParts.of(target)
+
+
+def head_optimizer(head: torch.nn.Module, learning_rate: float) -> torch.optim.AdamW:
+    """AdamW over the head's trainable parameters (a shared student's borrowed target modules stay frozen)."""
+    return torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=learning_rate, weight_decay=0.0)
+
+
+def optimizer_step(
+    kind: TrainableKind,
+    head: torch.nn.Module,
+    parts: TargetParts,
+    batch: TrainBatch,
+    optimizer: torch.optim.Optimizer,
+    autocast_dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, dict]:
+    """One training step: the kind's loss under mixed_precision, backward, gradients clipped to norm 1, the
+    optimizer's step. Returns (loss, metrics); the learning-rate schedule is the caller's."""
+    with mixed_precision(batch.input_ids.device, autocast_dtype):
+        loss, metrics = kind.training_loss(head, parts, batch)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]], 1.0)
+    optimizer.step()
+    return loss, metrics
 
 
 @torch.no_grad()

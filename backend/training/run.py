@@ -21,7 +21,7 @@ from backend.training.card import suite_acceptance, threads_text, write_card
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
 from backend.training.kinds import KINDS, kind_named
-from backend.training.loop import TrainSettings, native_bf16, train
+from backend.training.loop import TrainReport, TrainSettings, native_bf16, train
 from backend.training.readings import build_readings
 from backend.training.rounds import ship_if_better
 
@@ -103,7 +103,11 @@ def train_command(args: argparse.Namespace, load_target) -> int:
                 {"step": step, **{k: f"{v:.3g}" for k, v in metrics.items() if k in ("loss", "validation_loss", "al")}}
             )
 
-        run = {"data": f"teacher {args.teacher}: {TEACHERS[args.teacher]}", "command": _command()}
+        run = {
+            "data": f"teacher {args.teacher}: {TEACHERS[args.teacher]}",
+            "command": _command(),
+            "threads": torch.get_num_threads(),
+        }
         report = train(kind, target, head, train_data, validation_data, validation, settings, out, report_step, run)
     per_category = args.eval_per_category or (2 if args.ship else 0)
     suite = (
@@ -124,7 +128,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             "distil_seconds": round(distil_s, 1),
             "device": str(target.device),
             "dtype": str(target.dtype) + (", bf16 autocast" if settings.autocast_dtype else ""),
-            "hardware": f"{platform.processor() or platform.machine()}, {threads_text(torch.get_num_threads())}",
+            "hardware": f"{platform.processor() or platform.machine()}, {threads_text(_training_threads(report))}",
             "command": _command(),
         },
         suite,
@@ -207,3 +211,8 @@ def _token_counts(data, vocab_size: int) -> torch.Tensor:
         answers = ids[torch.roll(mask, 1)]  # tokens predicted at masked positions
         counts += torch.bincount(answers, minlength=vocab_size)[:vocab_size]
     return counts
+
+
+def _training_threads(report: TrainReport) -> int:
+    """The torch threads of the run that trained last (an evaluation-only resume may run with others)."""
+    return next((r["threads"] for r in reversed(report.runs) if "threads" in r), torch.get_num_threads())

@@ -1,8 +1,8 @@
 """Seconds per training step of one drafter kind in each precision (fp32, bf16 autocast), measured
 interleaved on one batch, so the figure behind `train --precision` can be reproduced on any machine.
 
-A step is what the training loop does per batch: the kind's loss under `mixed_precision`, backward, gradient
-clipping and an AdamW step. The batch is random token ids with the target's hidden states over them: a step's
+A step is the training loop's own `optimizer_step` (the kind's loss under mixed precision, backward, gradient
+clipping, an AdamW step). The batch is random token ids with the target's hidden states over them: a step's
 cost depends on its shape, not on the text. Knows nothing about any one kind beyond TrainableKind.
 """
 
@@ -14,8 +14,8 @@ import time
 import torch
 
 from backend.core.models import LoadedModel
-from backend.drafters.trained import TargetParts, TrainBatch
-from backend.training.loop import TrainableKind, mixed_precision, native_bf16
+from backend.drafters.trained import TrainBatch
+from backend.training.loop import TrainableKind, frozen_target_parts, head_optimizer, native_bf16, optimizer_step
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
 
@@ -42,24 +42,16 @@ def time_training_steps(
 ) -> dict:
     """Median seconds of a training step per precision (one warm-up step each, then `repeats` rounds that
     alternate the order), with window tokens per second and the ratio to the first precision."""
-    parts = TargetParts.of(target)
-    for parameter in target.model.parameters():
-        parameter.requires_grad_(False)
+    parts = frozen_target_parts(target)
     batch = random_batch(target, rows, window)
     counts = torch.bincount(batch.input_ids.flatten().cpu(), minlength=target.facts.vocab_size)  # [V]
     head = kind.new_head(target, head_settings, counts).train()
-    trainable = [p for p in head.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0)
+    optimizer = head_optimizer(head, 1e-4)
 
     def step(precision: str) -> float:
         _synchronize(target.device)
         started = time.perf_counter()
-        with mixed_precision(target.device, PRECISIONS[precision]):
-            loss, _ = kind.training_loss(head, parts, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-        optimizer.step()
+        optimizer_step(kind, head, parts, batch, optimizer, PRECISIONS[precision])
         _synchronize(target.device)
         return time.perf_counter() - started
 

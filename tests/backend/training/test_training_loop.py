@@ -122,6 +122,14 @@ def test_training_resumes_from_its_checkpoint(tiny, data, tmp_path):
     assert [(r["from_step"], r["to_step"], r["data"]) for r in runs] == [(0, 20, "prefilled readings"), (20, 40, "mix")]
 
 
+def test_resuming_a_finished_run_trains_nothing_and_records_no_run(tiny, data, tmp_path):
+    settings = small_settings(20)
+    first = train(eagle3, tiny, eagle3.new_head(tiny), *data, settings, tmp_path, run={"data": "mix"})
+    again = train(eagle3, tiny, eagle3.new_head(tiny), *data, settings, tmp_path, run={"data": "evaluation only"})
+    assert again.steps == first.steps == 20 and again.train_loss == first.train_loss
+    assert again.runs == [{"from_step": 0, "data": "mix"}]
+
+
 def test_steps_from_a_checkpoint_that_kept_no_runs_count_as_one_unrecorded_run():
     report = TrainReport(40, 9.0, runs=[{"from_step": 25, "data": "mix"}])
     runs = training_runs(report)
