@@ -111,9 +111,11 @@ def test_a_shared_student_refuses_another_target(tiny, tmp_path):
     assert "\n" not in str(error.value)
 
 
-def test_ordinary_folders_are_not_taken_for_shared_students(tiny_folder):
+def test_ordinary_folders_are_not_taken_for_shared_students(tiny, tiny_folder, tmp_path):
     assert not shares_target(tiny_folder)  # a plain HF folder
-    assert not shares_target(SHIPPED_DIR / "draft-model-smollm2")  # the shipped own-embedding student
+    student.save(student.new_head(tiny), tiny, tmp_path / "own")
+    assert not shares_target(tmp_path / "own")  # an own-embedding student
+    assert shares_target(SHIPPED_DIR / "draft-model-smollm2")  # the shipped student borrows the target's parts
     assert not shares_target("HuggingFaceTB/SmolLM2-135M") and not shares_target("model.gguf")
 
 
