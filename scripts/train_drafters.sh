@@ -26,6 +26,7 @@ VALIDATION_PROMPTS=${VALIDATION_PROMPTS:-8}
 TEACHER=${TEACHER:-generate}  # generate | prefill | mix (train --teacher)
 KINDS=${KINDS:-eagle3 mtp dflash dspark draft-model}
 REDUCED_VOCAB='{"draft_vocab_size": 6144}'  # keeps each drafter within 20 MB and all five within 80 MB
+SHARED_STUDENT='{"share_target_embedding": true}'  # the draft model borrows the target's embedding and LM head
 
 # five processes share the machine: on a CPU, split its cores between them
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) >= 5 ? $(nproc) / 5 : 1 ))}
@@ -40,7 +41,10 @@ echo "== train $KINDS for $MINUTES minutes each, at the same time $(date -u +%T)
 pids=()
 for kind in $KINDS; do
     settings='{}'
-    case $kind in eagle3|dflash|dspark) settings=$REDUCED_VOCAB ;; esac
+    case $kind in
+        eagle3|dflash|dspark) settings=$REDUCED_VOCAB ;;
+        draft-model) settings=$SHARED_STUDENT ;;
+    esac
     $PY -m backend train --kind "$kind" --out "$OUT_ROOT/$kind-$NAME" --minutes "$MINUTES" --tokens 1000000000 \
         --validate-every 1000000 --distil-minutes 0 --settings "$settings" "${common[@]}" >"$OUT_ROOT/$kind-$NAME.log" 2>&1 &
     pids+=($!)
