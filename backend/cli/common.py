@@ -23,8 +23,13 @@ TARGET_HELP = "target model: default (SmolLM2-135M-Instruct), a HF id, a folder 
 def add_target_args(
     parser: argparse.ArgumentParser, target_default: str | None = "default", target_help: str = TARGET_HELP
 ) -> None:
-    """The flags load_target reads: --target, --device, --dtype and --allow-remote-code."""
+    """The flags load_target reads: --target, then add_device_args's."""
     parser.add_argument("--target", default=target_default, help=target_help)
+    add_device_args(parser)
+
+
+def add_device_args(parser: argparse.ArgumentParser) -> None:
+    """Where and how models load: --device, --dtype and --allow-remote-code (the worker's, for every target)."""
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
     parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")

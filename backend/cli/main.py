@@ -37,7 +37,7 @@ from backend.cli.arg_types import (
 from backend.cli.bench_start import add_bench_start_parser
 from backend.cli.bench_train_step import add_bench_train_step_parser
 from backend.cli.codesign import add_codesign_parser
-from backend.cli.common import add_target_args, quiet_libraries
+from backend.cli.common import add_device_args, add_target_args, quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
@@ -218,9 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--default-target", default="default", help="the target used when a request names none")
     worker.add_argument("--preload", type=names, default=None, help="models to load at start (default: the target)")
     worker.add_argument("--targets", type=names, default=[], help="more targets to offer in the dashboard")
-    worker.add_argument("--device", default="auto")
-    worker.add_argument("--dtype", default="auto")
-    worker.add_argument("--allow-remote-code", action="store_true", help="let models run their own code")
+    add_device_args(worker)
     _add_compile_arg(worker)
     worker.add_argument("--model-budget-gb", type=float, default=4.0, help="evict least recently used models above")
     worker.add_argument("--log-file", help="the worker's log (default: worker.log beside the DuckDB file)")
