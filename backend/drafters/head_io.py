@@ -101,7 +101,7 @@ def load_head(head_class: type[TrainedHead], folder: str | Path, target: LoadedM
         }
     except Exception as error:  # safetensors raises its own error types for corrupt files
         raise DrafterWeightsError(f"{folder / WEIGHTS_FILE} cannot be read: {error}") from error
-    d2t = _read_vocabulary(folder, parts.vocab_size)
+    d2t = read_vocabulary(folder, parts.vocab_size)
     try:
         config = head_class.config_class.for_target(parts, **settings)
         if d2t is None and config.draft_vocab_size < parts.vocab_size:
@@ -165,7 +165,7 @@ def check_trained_for(folder: Path, trained_for: dict, target: LoadedModel) -> N
         )
 
 
-def _read_vocabulary(folder: Path, vocab_size: int) -> torch.Tensor | None:
+def read_vocabulary(folder: Path, vocab_size: int) -> torch.Tensor | None:
     """The folder's d2t [Vd] (on the CPU), or None when the head drafts over the whole vocabulary."""
     if not (folder / VOCAB_FILE).is_file():
         return None

@@ -7,6 +7,9 @@ the student's own tensors: its decoder layers and final norm. No embedding, no L
 config.json's STUDENT_MARKER record lists what it borrows (`shares_target`) and the target it needs (its
 fingerprint, vocabulary and hidden sizes), and loading fills the shared parts from the target given then.
 Plain `from_pretrained` on such a folder would build random embeddings: it is not a standalone model.
+A folder may also hold `vocab_map.safetensors` (`d2t`, as the trained heads' folders do): the student then
+drafts over those target tokens only (DraftVocabularyHead), which on a CPU makes a draft step several times
+cheaper, since the LM head is most of a two-layer student's weights.
 
 Knows nothing about training or the engine; the draft-model drafter (draft_model.py) loads these folders.
 """
@@ -16,12 +19,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedModel
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedConfig, PreTrainedModel
 
 from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel, file_sha256
-from backend.drafters.head_io import CONFIG_FILE, WEIGHTS_FILE, check_trained_for
+from backend.drafters.head_io import CONFIG_FILE, WEIGHTS_FILE, check_trained_for, read_vocabulary
 from backend.drafters.shipped import STUDENT_MARKER
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 
@@ -76,6 +81,42 @@ def share_target_parts(student: PreTrainedModel, target: LoadedModel) -> PreTrai
     return student
 
 
+class DraftVocabularyHead(nn.Linear):
+    """The target's LM head scoring only the draft vocabulary d2t [Vd] (the target tokens most frequent in
+    the training answers, EAGLE-3's reduced vocabulary): its rows are frozen copies of those target rows, and
+    its logits come back over the whole vocabulary, -inf outside d2t, so the drafting code keeps indexing
+    target token ids. A greedy draft changes only where the whole head's argmax lies outside d2t."""
+
+    def __init__(self, lm_head: nn.Linear, d2t: torch.Tensor) -> None:
+        weight = lm_head.weight.detach()  # [V, H]
+        super().__init__(weight.shape[1], d2t.numel(), lm_head.bias is not None, weight.device, weight.dtype)
+        index = d2t.to(weight.device, torch.long)  # [Vd]
+        self.weight = nn.Parameter(weight[index].clone(), requires_grad=False)  # [Vd, H]
+        if lm_head.bias is not None:
+            self.bias = nn.Parameter(lm_head.bias.detach()[index].clone(), requires_grad=False)  # [Vd]
+        self.register_buffer("d2t", index, persistent=False)
+        self.vocab_size = weight.shape[0]
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        scores = super().forward(hidden)  # [..., Vd]
+        logits = scores.new_full((*scores.shape[:-1], self.vocab_size), float("-inf"))  # [..., V]
+        return logits.index_copy(-1, self.d2t, scores)
+
+
+def drafting_student(
+    config: PreTrainedConfig, own_tensors: dict[str, torch.Tensor], target: LoadedModel, d2t: torch.Tensor | None
+) -> PreTrainedModel:
+    """A student of `config` holding `own_tensors` (its layers and norm) and `target`'s embedding and LM head,
+    restricted to the draft vocabulary d2t when one is given, on the target's device and dtype, in eval mode:
+    how a student drafts, whether read from its folder or taken from a training run."""
+    student = AutoModelForCausalLM.from_config(config)
+    student = share_target_parts(student.to(target.device, target.dtype), target)
+    student.load_state_dict(own_tensors)
+    if d2t is not None:
+        student.set_output_embeddings(DraftVocabularyHead(TargetParts.of(target).lm_head, d2t))
+    return student.eval()
+
+
 def load_student(folder: str | Path, target: LoadedModel) -> LoadedModel:
     """The student of `folder` with `target`'s embedding, LM head and tokenizer, on the target's device and
     dtype; a DrafterWeightsError in one sentence when the folder was distilled from another target."""
@@ -85,16 +126,14 @@ def load_student(folder: str | Path, target: LoadedModel) -> LoadedModel:
     check_trained_for(folder, trained_for, target)
     if not trained_for.get("fingerprint"):
         raise DrafterWeightsError(f"{folder} does not record the fingerprint of the target whose embedding it shares")
+    d2t = read_vocabulary(folder, TargetParts.of(target).vocab_size)
     try:
-        student = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
-        student = share_target_parts(student.to(target.device, target.dtype), target)
-        student.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+        own_tensors = load_file(str(folder / WEIGHTS_FILE))
+        student = drafting_student(AutoConfig.from_pretrained(folder), own_tensors, target, d2t)
     except (OSError, ValueError, RuntimeError, SpecScopeError) as error:
         reason = str(error).strip().splitlines()[0]
         raise DrafterWeightsError(f"{folder} does not hold a usable student for '{target.spec}': {reason}") from error
     if (folder / "generation_config.json").is_file():
         student.generation_config = GenerationConfig.from_pretrained(folder)
     fingerprint = file_sha256(folder / CONFIG_FILE)
-    return LoadedModel(
-        str(folder), str(folder), fingerprint, student.eval(), target.tokenizer, target.device, target.dtype
-    )
+    return LoadedModel(str(folder), str(folder), fingerprint, student, target.tokenizer, target.device, target.dtype)

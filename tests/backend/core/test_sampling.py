@@ -10,16 +10,19 @@ acceptance rule must fail the same test (power check).
 from __future__ import annotations
 
 import pytest
+import torch
 
 import backend.core.verify
 from backend.core.verify import SamplingParams
 from backend.drafters import TREE_DRAFTERS
 from backend.drafters.draft_model import DraftModelDrafter
+from backend.training import student
 from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
 from tests.helpers.sampling import (
     REGISTRY_SAMPLES,
     SETTINGS,
     SIGNIFICANCE,
+    VOCAB,
     accept_all,
     exact_joint,
     goodness_of_fit,
@@ -32,6 +35,17 @@ from tests.helpers.sampling import (
 def test_draft_model_sampling_matches_the_target(pair, sampling):
     target, draft = pair
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
+    assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
+
+
+def test_a_student_drafting_over_a_draft_vocabulary_samples_from_the_target(pair):
+    """Its q is zero outside d2t: drafts come from half the vocabulary, the residual supplies the rest."""
+    target, _ = pair
+    frequent = torch.tensor([9, 1, 8, 2, 7, 3, 0, 0, 0, 0, 0, 0])  # [V]: d2t = tokens 0..5
+    head = student.new_head(target, {"share_target_embedding": True, "draft_vocab_size": 6}, frequent)
+    assert head.draft_vocabulary.tolist() == [0, 1, 2, 3, 4, 5] and VOCAB == 12
+    sampling = SamplingParams(temperature=1.0)
+    counts = sampled_joint(target, student.drafter(target, head), sampling, 3, samples=REGISTRY_SAMPLES)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
 
 

@@ -1,7 +1,7 @@
 """The shared-embedding student (student.py's wide design, drafters/shared_student.py): it starts as the
 chosen target layers, borrows the target's embedding and LM head instead of storing them, saves a folder of
-its own tensors within the size budget, reloads for its own target only, drafts losslessly, and trains
-without touching the target."""
+its own tensors within the size budget, reloads for its own target only, drafts losslessly (over a reduced
+draft vocabulary too), and trains without touching the target."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from safetensors import safe_open
 from backend.core.errors import SpecScopeError
 from backend.core.metrics import acceptance_stats
 from backend.drafters import SHIPPED_DIR, STUDENT_MARKER, DrafterOptions, build_drafter
-from backend.drafters.shared_student import shares_target
+from backend.drafters.shared_student import DraftVocabularyHead, shares_target
 from backend.training import student
 from backend.training.loop import CHECKPOINT, train
 from tests.helpers.tiny import tiny_llama
@@ -71,6 +71,8 @@ def test_a_shared_student_borrows_the_targets_embedding_and_starts_as_the_chosen
         ({**SHARED, "num_layers": 3, "init_layers": [0, 3]}, "for each of the student's 3 layers"),
         ({"init_layers": [0, 3]}, "shared-embedding student only"),
         ({**SHARED, "width": 3}, "unknown draft-model settings: width"),
+        ({"draft_vocab_size": 16}, "draft_vocab_size is for a shared-embedding student only"),
+        ({**SHARED, "draft_vocab_size": 65}, r"draft_vocab_size must be 1..64, got 65"),
     ],
 )
 def test_shared_student_settings_errors_are_clear(tiny, settings, message):
@@ -98,6 +100,48 @@ def test_its_folder_holds_its_own_tensors_and_reloads_with_identical_logits(tiny
     assert drafter.draft.tokenizer is tiny.tokenizer
     ids = torch.randint(4, 64, (2, 12))
     assert torch.equal(logits(loaded, ids), logits(fresh, ids))
+
+
+def counts_favouring(tokens: set[int], vocab_size: int = 64) -> torch.Tensor:
+    """Token counts [V] in which `tokens` are the most frequent."""
+    counts = torch.arange(vocab_size) % 7  # [V]: a few counts for every token
+    counts[sorted(tokens)] += 100
+    return counts
+
+
+def test_a_draft_vocabulary_keeps_drafts_inside_it_is_saved_and_stays_lossless(tiny, tmp_path):
+    whole = {**SHARED, "num_layers": 4, "init_layers": [0, 1, 2, 3], "draft_vocab_size": 24}  # the target's layers
+    expected = greedy(tiny, PROMPT, 24)
+    used = set(expected)
+    assert len(used) <= 24
+    covering = student.new_head(tiny, whole, counts_favouring(used))
+    d2t = covering.draft_vocabulary
+    assert d2t.numel() == 24 and used <= set(d2t.tolist()) and torch.equal(d2t, d2t.sort().values)
+    run = generate(tiny, PROMPT, 24, student.drafter(tiny, covering), draft_len=3)
+    stats = acceptance_stats(run.steps)  # the target itself, over a vocabulary holding all its picks: all kept
+    assert stats.drafted_tokens > 0 and stats.accepted_tokens == stats.drafted_tokens
+    assert run.output_ids == expected
+
+    outside = student.new_head(tiny, whole, counts_favouring(set(range(64)) - used))  # none of its picks
+    run = generate(tiny, PROMPT, 24, student.drafter(tiny, outside), draft_len=3)
+    drafted = {token for step in run.steps for token in step.drafted}
+    assert drafted and drafted <= set(outside.draft_vocabulary.tolist())
+    assert acceptance_stats(run.steps).accepted_tokens == 0 and run.output_ids == expected
+
+    student.save(covering, tiny, tmp_path)
+    assert (tmp_path / "vocab_map.safetensors").is_file()
+    loaded = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path)))
+    head = loaded.draft.model.get_output_embeddings()
+    assert isinstance(head, DraftVocabularyHead) and torch.equal(head.d2t, d2t)
+    ids = torch.randint(4, 64, (2, 12))
+    restricted, full = logits(loaded.draft.model, ids), logits(tiny.model, ids)  # [B, T, V] each
+    left_out = torch.ones(64, dtype=torch.bool)
+    left_out[d2t] = False
+    assert torch.isneginf(restricted[..., left_out]).all()
+    torch.testing.assert_close(restricted[..., d2t], full[..., d2t], rtol=1e-2, atol=1e-2)  # fp16-stored layers
+    unrestricted = student.drafter(tiny, student.new_head(tiny, {**whole, "draft_vocab_size": 64}))
+    assert loaded.cost().tle_per_token < unrestricted.cost().tle_per_token
+    assert greedy(tiny, PROMPT, 24, loaded, draft_len=3) == expected
 
 
 def test_a_shared_student_refuses_another_target(tiny, tmp_path):
