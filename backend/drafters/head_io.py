@@ -84,8 +84,13 @@ def save(head: TrainedHead, target: LoadedModel, folder: str | Path, dtype: torc
         str(folder / WEIGHTS_FILE),
     )
     if not whole_vocabulary(head.d2t, head.parts.vocab_size):
-        save_file({"d2t": head.d2t.to("cpu", torch.int64).contiguous()}, str(folder / VOCAB_FILE))
+        write_vocabulary(folder, head.d2t)
     return folder
+
+
+def write_vocabulary(folder: Path, d2t: torch.Tensor) -> None:
+    """Write d2t [Vd] as the folder's VOCAB_FILE (read back by read_vocabulary)."""
+    save_file({"d2t": d2t.to("cpu", torch.int64).contiguous()}, str(folder / VOCAB_FILE))
 
 
 def load_head(head_class: type[TrainedHead], folder: str | Path, target: LoadedModel) -> TrainedHead:

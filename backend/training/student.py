@@ -47,11 +47,11 @@ from backend.drafters import STUDENT_MARKER as MARKER
 from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.head_io import (
     DEFAULT_DRAFT_VOCAB,
-    VOCAB_FILE,
     WEIGHTS_FILE,
     checked_settings,
     draft_vocabulary,
     target_record,
+    write_vocabulary,
 )
 from backend.drafters.shared_student import SHARED_PARTS, SHARES_TARGET, drafting_student, share_target_parts
 from backend.drafters.trained import TargetParts, TrainBatch, teacher_logits
@@ -207,7 +207,7 @@ def save(student: PreTrainedModel, target: LoadedModel, out: Path) -> Path:
     MARKER, the kind, the shape and the target it was distilled from. The own-embedding student's is an
     ordinary model with the target's tokenizer; the shared-embedding student's holds its own tensors only
     and no tokenizer, its record listing the parts it borrows from that very target (shared_student.py), and
-    its draft vocabulary (VOCAB_FILE) when it has one."""
+    its draft vocabulary (head_io.write_vocabulary) when it has one."""
     record = {**getattr(student.config, MARKER), "target": target_record(target)}
     out.mkdir(parents=True, exist_ok=True)
     if not record["settings"].get("share_target_embedding"):
@@ -225,7 +225,7 @@ def save(student: PreTrainedModel, target: LoadedModel, out: Path) -> Path:
     save_file(own, str(out / WEIGHTS_FILE), metadata={"format": "pt"})  # the borrowed tensors are left out
     d2t = getattr(student, DRAFT_VOCABULARY, None)
     if d2t is not None:
-        save_file({"d2t": d2t.to("cpu", torch.int64).contiguous()}, str(out / VOCAB_FILE))
+        write_vocabulary(out, d2t)
     return out
 
 
