@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.func import functional_call
-from torch.nn import functional as F
 
 from backend.core.models import LoadedModel
 from backend.drafters import head_io
 from backend.drafters.draft_layer import DraftLayer, rms_norm
 from backend.drafters.feature_chain import FeatureDrafter, FeatureHead, chain_loss
+from backend.drafters.head_precision import linear_in_weight_dtype
 from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch, whole_vocabulary
 
@@ -92,7 +92,12 @@ class MtpHead(FeatureHead):
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         norm = self.parts.norm  # the target's final norm, its weights detached so no gradient reaches the target
         normed = functional_call(norm, {name: p.detach() for name, p in norm.named_parameters()}, (h,))
-        return F.linear(normed, self.head_weight, self.head_bias)  # [..., Vd]
+        return linear_in_weight_dtype(normed, self.head_weight, self.head_bias)  # [..., Vd]
+
+    def hold_frozen_rows_in(self, dtype: torch.dtype) -> None:
+        """The shared LM head's rows in `dtype` while drafting (a copy: the target's own head is untouched)."""
+        self.head_weight = self.head_weight.to(dtype)
+        self.head_bias = None if self.head_bias is None else self.head_bias.to(dtype)
 
     def draft_weights(self) -> int:
         return super().draft_weights() + self.head_weight.numel()  # the shared head runs every step too

@@ -160,6 +160,18 @@ class WeightsOptions:
     )
 
 
+@dataclass(frozen=True)
+class HeadOptions(WeightsOptions):
+    """A trained head's options: its weights folder and the dtype it drafts in."""
+
+    head_precision: str = option(
+        "auto",
+        "dtype a trained head holds its weights in while drafting: float32, float16, bfloat16, or auto "
+        "(float16 for a float32 target on a CPU, else the target's dtype); the target verifies every draft",
+        label="head precision",
+    )
+
+
 def trained_spec(
     name: str,
     summary: str,
@@ -169,16 +181,18 @@ def trained_spec(
     trees: bool = False,
 ) -> DrafterSpec:
     """The spec of a trained head (EAGLE-3, MTP, DFlash, DSpark): built from `drafter_path`, else from the
-    folder under data/drafters/ trained for this target."""
+    folder under data/drafters/ trained for this target, its weights held in `head_precision`."""
 
-    def build(target: LoadedModel, options: WeightsOptions, _load: LoadModel) -> Drafter:
+    def build(target: LoadedModel, options: HeadOptions, _load: LoadModel) -> Drafter:
+        from backend.drafters.head_precision import head_dtype, hold_weights_in
         from backend.drafters.shipped import weights_folder
 
-        return load(weights_folder(name, target, options.drafter_path), target)
+        dtype = head_dtype(options.head_precision, target)  # a wrong choice fails before any loading
+        drafter = load(weights_folder(name, target, options.drafter_path), target)
+        hold_weights_in(drafter.head, dtype)
+        return drafter
 
-    return DrafterSpec(
-        name, summary, WeightsOptions, build, trained=True, untrained=untrained, export=export, trees=trees
-    )
+    return DrafterSpec(name, summary, HeadOptions, build, trained=True, untrained=untrained, export=export, trees=trees)
 
 
 def _plain_type(hint: Any) -> tuple[type, bool]:

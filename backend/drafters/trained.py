@@ -103,6 +103,10 @@ class TrainedHead(nn.Module):
         """Matmul weights of one pass (the cost model's numerator)."""
         return matmul_weights(self)
 
+    def hold_frozen_rows_in(self, dtype: torch.dtype) -> None:
+        """Move the frozen matmul rows a kind keeps outside its nn.Linear layers to `dtype` for drafting
+        (head_precision.py); a kind without any has nothing to do."""
+
     @classmethod
     def upgrade_state(cls, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return state

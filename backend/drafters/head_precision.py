@@ -1,0 +1,78 @@
+"""The dtype a trained head holds its matmul weights in while it drafts (the `head_precision` option).
+
+On a CPU a draft step is bound by reading the head's weights from memory: the target's pass just before
+it has pushed them out of the caches, and an fp32 head of a few million weights reads tens of MB per drafted
+token. Held in float16 (the dtype the weights are saved in, so nothing of them is lost) the same step reads
+half as much; on a 2-core AVX2 CPU a draft of D = 3 took 8.2 ms instead of 12.2 for EAGLE-3 and 7.5 instead of
+12.6 for MTP, beside a ~32 ms verify pass (docs/measurements/bench_speed_head_precision_cpu.txt).
+
+Only the head's own nn.Linear layers change (never the target's embedding or LM head it borrows): each
+becomes a `StoredLinear` that takes and returns activations in their own dtype, multiplying in the weights'
+dtype with fp32 accumulation (PyTorch's CPU half-precision matmuls accumulate in fp32). Whatever the dtype,
+the target verifies every draft, so the output is unchanged; only which tokens are proposed can move where
+two draft logits lie within half-precision rounding of each other (and a sampled draft's q is the
+distribution it was drawn from). Knows nothing about any one mechanism or about verification.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from backend.core.errors import SpecScopeError
+from backend.core.models import LoadedModel
+from backend.drafters.trained import TrainedHead
+
+HEAD_PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+AUTO = "auto"
+
+
+def head_dtype(choice: str, target: LoadedModel) -> torch.dtype:
+    """The option's dtype: auto is float16 for an fp32 target on a CPU (where drafting is memory-bound),
+    otherwise the target's own dtype."""
+    if choice == AUTO:
+        fp32_on_cpu = target.device.type == "cpu" and target.dtype == torch.float32
+        return torch.float16 if fp32_on_cpu else target.dtype
+    if choice not in HEAD_PRECISIONS:
+        raise SpecScopeError(f"head_precision must be one of {AUTO}, {', '.join(HEAD_PRECISIONS)}; got '{choice}'")
+    return HEAD_PRECISIONS[choice]
+
+
+class StoredLinear(nn.Linear):
+    """A frozen nn.Linear whose weights are held in a narrower dtype than the activations it takes and
+    returns: x [..., in] (any float dtype) -> [..., out] in x's dtype."""
+
+    @classmethod
+    def holding(cls, linear: nn.Linear, dtype: torch.dtype) -> StoredLinear:
+        stored = cls(linear.in_features, linear.out_features, linear.bias is not None, linear.weight.device, dtype)
+        with torch.no_grad():
+            stored.weight.copy_(linear.weight)
+            if linear.bias is not None:
+                stored.bias.copy_(linear.bias)
+        return stored.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear_in_weight_dtype(x, self.weight, self.bias)
+
+
+def linear_in_weight_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] @ weight [out, in]^T + bias, multiplied in the weights' dtype, returned in x's dtype."""
+    if weight.dtype == x.dtype:
+        return F.linear(x, weight, bias)
+    out = F.linear(x.to(weight.dtype), weight, bias)
+    if weight.dtype == torch.float16 and not bool(torch.isfinite(out).all()):
+        # x or the output lies beyond float16's range (±65504): the same weights, multiplied in x's dtype
+        return F.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+    return out.to(x.dtype)
+
+
+def hold_weights_in(head: TrainedHead, dtype: torch.dtype) -> None:
+    """Replace every nn.Linear of `head` (a loaded head at drafting time, never one in training) by a
+    StoredLinear in `dtype`, and move the frozen rows it keeps outside them (MTP's copy of the target's LM
+    head rows) to `dtype`; nothing changes where the weights are in `dtype` already."""
+    for module in list(head.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear) and child.weight.dtype != dtype:
+                setattr(module, name, StoredLinear.holding(child, dtype))
+    head.hold_frozen_rows_in(dtype)
