@@ -28,6 +28,18 @@ def add_target_args(
     add_device_args(parser)
 
 
+def add_compile_arg(parser: argparse.ArgumentParser) -> None:
+    """--compile: how engines on the target run its passes (load_target reads it)."""
+    parser.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default=os.environ.get("SPECSCOPE_COMPILE", "auto"),
+        help="the target's passes: on = static KV cache + torch.compile graphs (Llama-family "
+        "models; compiled once at start), off = Hugging Face's eager forward, auto (default, "
+        "or $SPECSCOPE_COMPILE) = on where the model and machine allow it",
+    )
+
+
 def add_device_args(parser: argparse.ArgumentParser) -> None:
     """Where and how models load: --device, --dtype and --allow-remote-code (the worker's, for every target)."""
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")

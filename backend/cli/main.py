@@ -37,7 +37,7 @@ from backend.cli.arg_types import (
 from backend.cli.bench_start import add_bench_start_parser
 from backend.cli.bench_train_step import add_bench_train_step_parser
 from backend.cli.codesign import add_codesign_parser
-from backend.cli.common import add_device_args, add_target_args, quiet_libraries
+from backend.cli.common import add_compile_arg, add_device_args, add_target_args, quiet_libraries
 from backend.cli.engine import add_engine_args
 from backend.cli.export import add_export_parser
 from backend.cli.generate import generate_command
@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--repeats", type=int, default=2)
     stream.add_argument("--target", default="default")
     stream.add_argument("--device", default="auto")
-    _add_compile_arg(stream)
+    add_compile_arg(stream)
     stream.add_argument("--json", action="store_true")
     stream.set_defaults(handler=lambda args: _bench("stream", args))
     add_bench_start_parser(bench)
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--preload", type=names, default=None, help="models to load at start (default: the target)")
     worker.add_argument("--targets", type=names, default=[], help="more targets to offer in the dashboard")
     add_device_args(worker)
-    _add_compile_arg(worker)
+    add_compile_arg(worker)
     worker.add_argument("--model-budget-gb", type=float, default=4.0, help="evict least recently used models above")
     worker.add_argument("--log-file", help="the worker's log (default: worker.log beside the DuckDB file)")
     worker.add_argument(
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     add_target_args(parser)
-    _add_compile_arg(parser)
+    add_compile_arg(parser)
 
 
 def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
@@ -277,7 +277,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     add_target_args(
         parser, None, "target model (default: the worker's default target; in process, the embedded default)"
     )
-    _add_compile_arg(parser)
+    add_compile_arg(parser)
     parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
 
 
@@ -290,17 +290,6 @@ def _add_tree_args(parser: argparse.ArgumentParser) -> None:
         "that build trees",
     )
     parser.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budgets: children per tree node")
-
-
-def _add_compile_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--compile",
-        choices=("auto", "on", "off"),
-        default=os.environ.get("SPECSCOPE_COMPILE", "auto"),
-        help="the target's passes: on = static KV cache + torch.compile graphs (Llama-family "
-        "models; compiled once at start), off = Hugging Face's eager forward, auto (default, "
-        "or $SPECSCOPE_COMPILE) = on where the model and machine allow it",
-    )
 
 
 def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -> None:

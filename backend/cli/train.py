@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from backend.cli.arg_types import json_object
-from backend.cli.common import add_target_args
+from backend.cli.common import add_compile_arg, add_target_args
 
 
 def add_train_parser(commands) -> None:
@@ -85,7 +85,15 @@ def add_train_parser(commands) -> None:
         default={},
         help="JSON object of the mechanism's settings (layers, vocabulary, ...)",
     )
+    trainer.add_argument(
+        "--init-from",
+        metavar="DIR",
+        help="start from the weights (and draft vocabulary) of a folder this command wrote, such as a shipped "
+        "drafter's, instead of a fresh head: training goes on where they stopped, with a new optimizer and "
+        "learning-rate schedule; the card counts their steps, tokens and time first (a checkpoint in --out wins)",
+    )
     add_target_args(trainer)
+    add_compile_arg(trainer)
     trainer.set_defaults(handler=_train)
 
 

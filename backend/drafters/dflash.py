@@ -253,6 +253,10 @@ def save(head: DFlashHead, target: LoadedModel, folder: str | Path) -> Path:
     return head_io.save(head, target, folder)
 
 
+def load_trained(target: LoadedModel, folder: str | Path) -> tuple[DFlashHead, dict]:
+    return head_io.trained_head(DFlashHead, folder, target)
+
+
 def load(folder: str | Path, target: LoadedModel) -> DFlashDrafter:
     return DFlashDrafter.load(folder, target)
 

@@ -239,6 +239,10 @@ def save(head: DSparkHead, target: LoadedModel, folder: str | Path) -> Path:
     return head_io.save(head, target, folder)
 
 
+def load_trained(target: LoadedModel, folder: str | Path) -> tuple[DSparkHead, dict]:
+    return head_io.trained_head(DSparkHead, folder, target)
+
+
 def load(folder: str | Path, target: LoadedModel, threshold: float | None = None) -> DSparkDrafter:
     return DSparkDrafter.load(folder, target, threshold)
 

@@ -142,6 +142,10 @@ def save(head: Eagle3Head, target: LoadedModel, folder: str | Path) -> Path:
     return head_io.save(head, target, folder)
 
 
+def load_trained(target: LoadedModel, folder: str | Path) -> tuple[Eagle3Head, dict]:
+    return head_io.trained_head(Eagle3Head, folder, target)
+
+
 def load(folder: str | Path, target: LoadedModel) -> Eagle3Drafter:
     return Eagle3Drafter.load(folder, target)
 

@@ -121,6 +121,13 @@ def load_head(head_class: type[TrainedHead], folder: str | Path, target: LoadedM
     return head.to(target.device, target.dtype).eval()
 
 
+def trained_head(head_class: type[TrainedHead], folder: str | Path, target: LoadedModel) -> tuple[TrainedHead, dict]:
+    """(the `head_class` head of a weights folder in train mode, to train further; the settings it was built
+    with), with load_head's errors."""
+    head = load_head(head_class, folder, target)
+    return head.train(), head.config.to_dict()
+
+
 def _read_config(folder: Path, kind: str, target: LoadedModel) -> dict:
     """The settings of a folder's config.json, once it is known to hold a `kind` head made for `target`."""
     if not folder.is_dir():

@@ -143,6 +143,10 @@ def save(head: MtpHead, target: LoadedModel, folder: str | Path) -> Path:
     return head_io.save(head, target, folder)
 
 
+def load_trained(target: LoadedModel, folder: str | Path) -> tuple[MtpHead, dict]:
+    return head_io.trained_head(MtpHead, folder, target)
+
+
 def load(folder: str | Path, target: LoadedModel) -> MtpDrafter:
     return MtpDrafter.load(folder, target)
 

@@ -50,11 +50,21 @@ def suite_acceptance(
     return rows
 
 
+def read_card(folder: Path) -> dict:
+    """The folder's card.json ({} when it has none or it cannot be read)."""
+    try:
+        return json.loads((folder / CARD_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def training_summary(
     kind: str, target: LoadedModel, report: TrainReport, settings: TrainSettings, facts: dict, suite: list[dict] | None
 ) -> dict:
     """What card.json holds: the data, the training budget and time, the validation curve and the AL by
-    category and D on the evaluation suite (empty when it was not measured)."""
+    category and D on the evaluation suite (empty when it was not measured). Steps, tokens, time, runs and the
+    validation curve count those of the weights it started from (report.origin) first."""
+    before, runs = _origin_totals(report.origin), training_runs(report)
     return {
         "kind": kind,
         "target": target.spec,
@@ -62,19 +72,42 @@ def training_summary(
         "data": facts["corpus"],
         "train_sequence_tokens": facts["train_sequence_tokens"],
         "validation_sequence_tokens": facts["validation_sequence_tokens"],
-        "training_tokens": report.steps * settings.rows * settings.window,
-        "steps": report.steps,
-        "seconds": round(report.seconds),
+        "training_tokens": before["training_tokens"] + report.steps * settings.rows * settings.window,
+        "steps": before["steps"] + report.steps,
+        "seconds": round(before["seconds"] + report.seconds),
         "device": facts["device"],
         "dtype": facts["dtype"].removeprefix("torch."),
         "hardware": facts["hardware"],
-        "runs": training_runs(report),
+        "runs": before["runs"]
+        + [
+            {**r, "from_step": r["from_step"] + before["steps"], "to_step": r["to_step"] + before["steps"]}
+            for r in runs
+        ],
         "validation_draft_len": settings.validation_draft_len,
-        "validation": [
-            {"tokens": v["tokens"], "validation_loss": round(v["validation_loss"], 4), "al": round(v["al"], 4)}
+        "validation": before["validation"]
+        + [
+            {
+                "tokens": before["training_tokens"] + v["tokens"],
+                "validation_loss": round(v["validation_loss"], 4),
+                "al": round(v["al"], 4),
+            }
             for v in report.validation
         ],
         "suite": suite or [],
+        **({"initialised_from": report.origin["folder"]} if report.origin else {}),
+    }
+
+
+def _origin_totals(origin: dict | None) -> dict:
+    """What the card of the weights training started from counts before this training (zeros for a fresh head);
+    a card counts its own origin's too, so a chain of runs adds up."""
+    origin = origin or {}
+    return {
+        "steps": origin.get("steps", 0),
+        "training_tokens": origin.get("training_tokens", 0),
+        "seconds": origin.get("seconds", 0),
+        "runs": list(origin.get("runs", [])),
+        "validation": list(origin.get("validation", [])),
     }
 
 
@@ -93,7 +126,7 @@ def _runs_markdown(runs: list[dict]) -> list[str]:
     if len(runs) < 2:
         return []
     return [
-        "- Runs, each resumed from the checkpoint the one before left:",
+        "- Runs, each going on from the weights the one before left:",
         *[
             f"  - steps {r['from_step']}-{r['to_step']}: {r.get('data', '-')}"
             + (f"; `python -m backend {r['command']}`" if r.get("command") else "")
@@ -134,10 +167,19 @@ def write_card(
         else "- Distillation: the shared cache was already filled (by an earlier run or `--distil-only`) and reused.",
         "",
         "## Training",
-        f"- {report.steps} steps of {settings.rows} windows x {settings.window} tokens "
-        f"({report.steps * settings.rows * settings.window} window tokens), AdamW, learning rate "
+        *(
+            [
+                f"- Started from the weights in `{report.origin['folder']}` ({report.origin.get('steps', 0)} steps, "
+                f"{report.origin.get('training_tokens', 0)} window tokens, {report.origin.get('seconds', 0)} s), "
+                "counted in the totals below."
+            ]
+            if report.origin
+            else []
+        ),
+        f"- {summary['steps']} steps ({summary['training_tokens']} window tokens); the last {report.steps} of "
+        f"{settings.rows} windows x {settings.window} tokens, AdamW, learning rate "
         f"{settings.learning_rate}, warm-up {settings.warmup_steps} steps then cosine decay.",
-        f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
+        f"- Time: {summary['seconds']} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
         f"- Head settings: `{json.dumps(head_settings) if head_settings else 'defaults'}`.",
         f"- Command: `python -m backend {facts['command']}`",
         *_runs_markdown(summary["runs"]),
@@ -161,16 +203,17 @@ def write_card(
             ],
         ]
     more = f"--minutes {settings.minutes * 10:g}" if settings.minutes else f"--tokens {settings.tokens * 20}"
+    gpu = f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32"
+    start = f"python -m backend train --kind {kind} --target {target.spec} --out runs/{name}"
     lines += [
         "",
         "## Training further",
-        "On a CUDA machine, resume from this folder's checkpoint (kept next to the weights where it was "
-        "trained) for longer, or start afresh in another folder; `scripts/train_drafters.sh` trains all five "
-        "kinds at once:",
+        "On a CUDA machine, go on from these weights (`--init-from`; with `--ship` the new ones replace them only "
+        "if they measure better on the suite), or train afresh with the same settings; "
+        "`scripts/train_drafters.sh` trains all five kinds at once:",
         "",
-        f"    python -m backend train --kind {kind} --target {target.spec} --out data/drafters/{name} "
-        f"{more} --data-tokens 3000000 --distil-batch 256 --rows 16 --window 512 --device cuda --dtype float32"
-        + (f" --settings {shlex.quote(json.dumps(head_settings))}" if head_settings else ""),
+        f"    {start} --init-from data/drafters/{name} --ship data/drafters/{name} {gpu}",
+        f"    {start} {gpu}" + (f" --settings {shlex.quote(json.dumps(head_settings))}" if head_settings else ""),
         "",
     ]
     path = out / MODEL_CARD_FILE

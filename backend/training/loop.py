@@ -80,6 +80,10 @@ class TrainableKind(Protocol):
     def save(self, head: torch.nn.Module, target: LoadedModel, folder: Path) -> Path:
         """Write the head where `build_drafter` finds it."""
 
+    def load_trained(self, target: LoadedModel, folder: Path) -> tuple[torch.nn.Module, dict]:
+        """(the head `save` wrote into folder, with its weights and draft vocabulary, ready to train further;
+        the settings it was built with), or one DrafterWeightsError sentence when folder holds no such head."""
+
 
 @dataclass
 class TrainReport:
@@ -88,6 +92,7 @@ class TrainReport:
     train_loss: list[tuple[int, float]] = field(default_factory=list)  # (step, loss)
     validation: list[dict] = field(default_factory=list)  # {step, tokens, loss, al}
     runs: list[dict] = field(default_factory=list)  # {from_step, ...what the caller said of the run}, oldest first
+    origin: dict | None = None  # the card.json of the weights training started from (None: a fresh head)
 
 
 def train(
@@ -101,16 +106,19 @@ def train(
     out: Path,
     progress: Callable[[int, int, dict], None] = lambda step, total, metrics: None,
     run: dict | None = None,
+    origin: dict | None = None,
 ) -> TrainReport:
     """Train `head` for settings.steps steps or settings.minutes, whichever ends first (resuming from
     out/checkpoint.pt if present), validate as it goes, save the final drafter into `out` with kind.save,
     and return the curves. With a time budget the learning-rate schedule follows elapsed time. `run` (its
     data, its command) is recorded in the report's runs with the step it started from, and the checkpoint
     keeps the list, so the weights' history survives resuming with other data. `progress` hears each step's
-    loss, metrics and training seconds so far (over every run, validation not counted)."""
+    loss, metrics and training seconds so far (over every run, validation not counted). `origin`: the card of
+    the trained weights `head` holds (--init-from), kept in the report so that the card counts their steps,
+    tokens and time before this training's own; a checkpoint's report keeps its own origin."""
     parts = frozen_target_parts(target)
     optimizer = head_optimizer(head, settings.learning_rate)
-    report = TrainReport(0, 0.0)
+    report = TrainReport(0, 0.0, origin=origin)
     started = time.perf_counter()
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: _lr_factor(step, settings.progress(step, time.perf_counter() - started), settings)
@@ -262,5 +270,5 @@ def _resume(path: Path, head: torch.nn.Module, optimizer, schedule, report: Trai
     head.load_state_dict(state["head"])
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
-    report.__dict__.update(state["report"])
+    report.__dict__.update({"origin": None, **state["report"]})  # a checkpoint from before origins were kept
     return report.steps

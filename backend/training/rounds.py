@@ -18,7 +18,7 @@ from pathlib import Path
 from backend.core.models import LoadedModel
 from backend.drafters import build_drafter
 from backend.drafters.shipped import CARD_FILE, MODEL_CARD_FILE
-from backend.training.card import suite_acceptance
+from backend.training.card import read_card, suite_acceptance
 from backend.training.loop import CHECKPOINT
 
 ROUNDS_HEADING = "## Training rounds"
@@ -43,14 +43,14 @@ def ship_if_better(
     the candidate's files (all but its checkpoint) over them if its score is higher, or if nothing is shipped
     yet. Either way the round is appended to the shipped card's record and to the candidate's."""
     score, previous = suite_score(suite), None
-    shipped_card = _read_card(shipped)
+    shipped_card = read_card(shipped)
     rounds = _card_rounds(shipped_card) if shipped_card else []
     if (shipped / "config.json").is_file():
         old = build_drafter(kind, target, {"drafter_path": str(shipped)})
         draft_lens = tuple(sorted({row["draft_len"] for row in suite}))
         previous = suite_score(suite_acceptance(target, old, draft_lens, per_category))
     better = previous is None or score > previous
-    candidate_card = _read_card(candidate)
+    candidate_card = read_card(candidate)
     record = {
         **_summary_fields(candidate_card),
         "date": datetime.now(UTC).date().isoformat(),
@@ -66,14 +66,6 @@ def ship_if_better(
     else:
         _write_rounds(shipped, shipped_card, rounds)
     return RoundOutcome(better, score, previous)
-
-
-def _read_card(folder: Path) -> dict:
-    """The folder's card.json ({} when it has none or it cannot be read)."""
-    try:
-        return json.loads((folder / CARD_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _card_rounds(card: dict) -> list[dict]:

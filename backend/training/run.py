@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from backend.core.errors import SpecScopeError
-from backend.training.card import suite_acceptance, threads_text, write_card
+from backend.training.card import read_card, suite_acceptance, threads_text, write_card
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
 from backend.training.kinds import KINDS, kind_named
@@ -41,6 +41,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         raise SpecScopeError(f"--minutes must be positive (got {args.minutes:g}); leave it out to train by --tokens")
     if args.ship and Path(args.ship).resolve() == Path(args.out).resolve():
         raise SpecScopeError("--ship names the shipped folder the new weights may replace: give --out another folder")
+    if args.init_from and args.settings:
+        raise SpecScopeError("--init-from builds the head its folder records: leave out --settings")
     target = load_target(args)
     if target.device.type == "cuda" and args.dtype == "auto":
         target.model.to(torch.bfloat16)
@@ -55,7 +57,10 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         validation_prompts=args.validation_prompts,
         autocast_dtype=_autocast_dtype(args.precision, target.device),
     )
-    head_settings = args.settings
+    head_settings, head, origin = args.settings, None, None
+    if args.init_from:  # read before distilling: a wrong folder fails at once
+        head, head_settings = kind.load_trained(target, Path(args.init_from))
+        origin = {**read_card(Path(args.init_from)), "folder": args.init_from}
     out = Path(args.out)
     instructions = build_instructions()
     validation = held_out(instructions)
@@ -85,8 +90,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             f"into {', '.join(map(str, train_data.folders))} in {distil_s:.0f} s"
         )
         return 0
-    counts = _token_counts(train_data, target.facts.vocab_size)
-    head = kind.new_head(target, head_settings, counts)
+    if not args.init_from:
+        head = kind.new_head(target, head_settings, _token_counts(train_data, target.facts.vocab_size))
     budget_s = 60 * settings.minutes if settings.minutes else None  # a time budget: the bar counts seconds
     with tqdm(
         total=budget_s or settings.steps,
@@ -108,7 +113,9 @@ def train_command(args: argparse.Namespace, load_target) -> int:
             "command": _command(),
             "threads": torch.get_num_threads(),
         }
-        report = train(kind, target, head, train_data, validation_data, validation, settings, out, report_step, run)
+        report = train(
+            *(kind, target, head, train_data, validation_data, validation, settings, out, report_step, run), origin
+        )
     per_category = args.eval_per_category or (2 if args.ship else 0)
     suite = (
         suite_acceptance(target, kind.drafter(target, head.eval()), per_category=per_category) if per_category else None

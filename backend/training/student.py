@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from backend.core.errors import SpecScopeError
@@ -48,13 +48,21 @@ from backend.drafters.draft_model import DraftModelDrafter
 from backend.drafters.head_io import (
     DEFAULT_DRAFT_VOCAB,
     WEIGHTS_FILE,
+    check_trained_for,
     checked_settings,
     draft_vocabulary,
+    read_vocabulary,
     target_record,
     write_vocabulary,
 )
-from backend.drafters.shared_student import SHARED_PARTS, SHARES_TARGET, drafting_student, share_target_parts
-from backend.drafters.trained import TargetParts, TrainBatch, teacher_logits
+from backend.drafters.shared_student import (
+    SHARED_PARTS,
+    SHARES_TARGET,
+    drafting_student,
+    share_target_parts,
+    student_record,
+)
+from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch, teacher_logits
 
 SHARED_LAYERS = 2  # a shared-embedding student's default depth
 DRAFT_VOCABULARY = "draft_vocabulary"  # the buffer holding a shared-embedding student's d2t [Vd]
@@ -227,6 +235,32 @@ def save(student: PreTrainedModel, target: LoadedModel, out: Path) -> Path:
     if d2t is not None:
         write_vocabulary(out, d2t)
     return out
+
+
+def load_trained(target: LoadedModel, folder: Path) -> tuple[PreTrainedModel, dict]:
+    """(the student `save` wrote into folder, either design, with its weights and draft vocabulary, in train
+    mode; the shape settings it was built with); a DrafterWeightsError sentence when folder holds none for
+    `target`."""
+    folder = Path(folder).expanduser()
+    record = student_record(folder) or {}
+    if record.get("kind") != KIND:
+        raise DrafterWeightsError(f"{folder} holds no {KIND} student (its config.json does not record one)")
+    check_trained_for(folder, record.get("target") or {}, target)
+    shared = bool(record["settings"].get("share_target_embedding"))
+    settings = {key: value for key, value in record["settings"].items() if not (shared and key in TARGET_SHAPE)}
+    try:
+        student = new_head(target, settings)
+        if shared:
+            student.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))  # its own tensors; the borrowed are not
+            d2t = read_vocabulary(folder, target.facts.vocab_size)
+            if d2t is not None:
+                student.register_buffer(DRAFT_VOCABULARY, d2t.to(target.device), persistent=False)
+        else:
+            student.load_state_dict(AutoModelForCausalLM.from_pretrained(folder).state_dict())
+    except (OSError, ValueError, RuntimeError, SpecScopeError) as error:
+        reason = str(error).strip().splitlines()[0]
+        raise DrafterWeightsError(f"{folder} does not hold a student to train further: {reason}") from error
+    return student.train(), settings
 
 
 def training_layers(target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:

@@ -93,4 +93,4 @@ def test_better_weights_replace_the_shipped_ones_and_carry_the_history(tiny, tmp
     assert [r["shipped"] for r in card["rounds"]] == [True, True]
     readme = (shipped / "README.md").read_text()
     assert readme.count(rounds.ROUNDS_HEADING) == 1 and "| 1.60 | 1.20 | yes |" in readme
-    assert readme.startswith("# shipped: eagle3 drafter") and "--out data/drafters/shipped " in readme  # its home
+    assert readme.startswith("# shipped: eagle3 drafter") and "--init-from data/drafters/shipped " in readme  # its home

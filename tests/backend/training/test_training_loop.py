@@ -145,6 +145,8 @@ def test_steps_from_a_checkpoint_that_kept_no_runs_count_as_one_unrecorded_run()
         (["--kind", "eagle3", "--settings", "{layers: [9]}"], "expected a JSON object"),
         (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
         (["--kind", "eagle3", "--ship", "{out}"], "give --out another folder"),
+        (["--kind", "eagle3", "--init-from", "{out}", "--settings", '{"layers": [1]}'], "leave out --settings"),
+        (["--kind", "eagle3", "--init-from", "{out}"], "no trained eagle3 drafter at"),
     ],
 )
 def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
@@ -165,43 +167,36 @@ def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
 
 def test_train_command_end_to_end(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "backend",
-            "train",
-            "--kind",
-            "eagle3",
-            "--target",
-            str(folder),
-            "--out",
-            str(tmp_path / "out"),
-            "--tokens",
-            "4096",
-            "--data-tokens",
-            "3000",
-            "--answer-tokens",
-            "16",
-            "--window",
-            "32",
-            "--rows",
-            "4",
-            "--validate-every",
-            "16",
-            "--precision",
-            "bf16",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")},
-    )
+
+    def run_train(out: str, *more: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "backend", "train", "--kind", "eagle3", "--target", str(folder)),
+                *("--out", str(tmp_path / out), "--tokens", "4096", "--data-tokens", "3000", "--answer-tokens", "16"),
+                *("--window", "32", "--rows", "4", "--validate-every", "16", "--precision", "bf16", *more),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")},
+        )
+
+    done = run_train("out")
     assert done.returncode == 0, done.stderr
     assert "trained eagle3: 32 steps" in done.stdout
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["kind"] == "eagle3" and "bf16 autocast" in (tmp_path / "out" / "README.md").read_text()
+    further = run_train("further", "--init-from", str(tmp_path / "out"))
+    assert further.returncode == 0, further.stderr
+    first, card = (json.loads((tmp_path / name / "card.json").read_text()) for name in ("out", "further"))
+    assert card["initialised_from"] == str(tmp_path / "out") and card["steps"] == 64  # 32 before, 32 here
+    assert card["training_tokens"] == 2 * first["training_tokens"] and card["seconds"] >= first["seconds"]
+    assert card["validation"][: len(first["validation"])] == first["validation"]  # one curve over both
+    assert [v["tokens"] for v in card["validation"]][len(first["validation"]) :] == [6144, 8192]
+    assert [(r["from_step"], r["to_step"]) for r in card["runs"]] == [(0, 32), (32, 64)]
+    readme = (tmp_path / "further" / "README.md").read_text()
+    assert f"Started from the weights in `{tmp_path / 'out'}` (32 steps" in readme
 
 
 def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny, tmp_path):
@@ -293,3 +288,46 @@ def test_trained_drafters_are_found_for_their_own_target_only(tiny, data, tmp_pa
     assert build_drafter("eagle3", tiny, DrafterOptions(drafter_path=str(folder))).name == "eagle3"
     with pytest.raises(SpecScopeError, match="no trained dflash drafter for 'tiny-0'"):
         build_drafter("dflash", tiny)
+
+
+def test_the_batched_engine_and_generate_give_the_same_greedy_answers(tiny, monkeypatch):
+    from backend.training import dataset
+
+    prompts = [[5, 9, 13, 22], [5, 9, 13, 22, 5, 9, 13, 40, 41], [7, 8]]  # ragged: generate left-pads them
+    answers = dataset.engine_answers(tiny, prompts, 12)
+    assert answers == dataset.generated_answers(tiny, prompts, 12) and all(answers)
+    for answer in answers:  # each stops at its first end token, or at the length
+        ends = [i for i, token in enumerate(answer) if token in tiny.eos_token_ids]
+        assert ends == [len(answer) - 1] if ends else len(answer) == 12
+    monkeypatch.setattr(dataset, "compile_mode", lambda model, choice: "on")  # where the compiled passes run
+    monkeypatch.setattr(dataset, "generated_answers", None)  # ...generate is not called
+    assert dataset.greedy_answers(tiny, prompts, 12) == answers
+
+
+@pytest.mark.parametrize(
+    "name, settings",
+    [
+        *((name, HEAD_SETTINGS.get(name, {"draft_vocab_size": 48})) for name in sorted(KINDS)),
+        ("draft-model", {"share_target_embedding": True, "num_layers": 1, "draft_vocab_size": 48}),
+    ],
+)
+def test_every_kind_trains_further_from_the_weights_it_saved(tiny, data, tmp_path, name, settings):
+    torch.manual_seed(0)
+    kind, (train_data, validation_data, validation) = KINDS[name], data
+    counts = torch.arange(tiny.facts.vocab_size).flip(0)  # a reduced vocabulary other than the first ids
+    head = kind.new_head(tiny, settings, counts)
+    first = train(kind, tiny, head, train_data, validation_data, validation, small_settings(10), tmp_path / "first")
+    loaded, loaded_settings = kind.load_trained(tiny, tmp_path / "first")
+    assert loaded.training and kind.new_head(tiny, loaded_settings) is not None  # settings it can be rebuilt from
+    trainable = {n for n, p in head.named_parameters() if p.requires_grad}
+    assert {n for n, p in loaded.named_parameters() if p.requires_grad} == trainable
+    saved, read = head.state_dict(), loaded.state_dict()
+    assert saved.keys() == read.keys()
+    for key, tensor in saved.items():  # stored in float16
+        assert torch.allclose(read[key].float(), tensor.float(), rtol=1e-2, atol=1e-3), key
+    vocabulary = getattr(head, "d2t", getattr(head, "draft_vocabulary", None))
+    if vocabulary is not None:
+        assert torch.equal(getattr(loaded, "d2t", getattr(loaded, "draft_vocabulary", None)), vocabulary)
+    before = first.validation[-1]["validation_loss"]
+    further = train(kind, tiny, loaded, train_data, validation_data, validation, small_settings(10), tmp_path / "b")
+    assert further.steps == 10 and further.validation[-1]["validation_loss"] < before  # it went on, not afresh
