@@ -5,6 +5,7 @@
 #
 #   scripts/train_drafters.sh [TARGET] [OUT_ROOT] [MINUTES] [DATA_TOKENS] [NAME]
 #   scripts/train_drafters.sh default data/drafters 30 3000000 smollm2      # a GPU run, about 45 minutes
+#   FROM=data/drafters scripts/train_drafters.sh default runs 30 3000000 smollm2  # on from the shipped weights
 #
 # On CUDA it trains in fp32 (so the distilled answers are the ones the CPU default produces; set DTYPE=auto for
 # bf16) with large batches; on a CPU lower MINUTES, DATA_TOKENS and BATCH. Knows nothing about the mechanisms.
@@ -25,6 +26,7 @@ DISTIL_MINUTES=${DISTIL_MINUTES:-}
 VALIDATION_PROMPTS=${VALIDATION_PROMPTS:-8}
 TEACHER=${TEACHER:-generate}  # generate | prefill | mix (train --teacher)
 KINDS=${KINDS:-eagle3 mtp dflash dspark draft-model}
+FROM=${FROM:-}             # a folder of <kind>-<NAME> weights to go on from (train --init-from), e.g. data/drafters
 REDUCED_VOCAB='{"draft_vocab_size": 6144}'  # keeps each drafter within 20 MB and all five within 80 MB
 SHARED_STUDENT='{"share_target_embedding": true}'  # the draft model borrows the target's embedding and LM head
 
@@ -45,8 +47,11 @@ for kind in $KINDS; do
         eagle3|dflash|dspark) settings=$REDUCED_VOCAB ;;
         draft-model) settings=$SHARED_STUDENT ;;
     esac
+    start=(--settings "$settings")
+    if [ -n "$FROM" ]; then start=(--init-from "$FROM/$kind-$NAME"); fi
     $PY -m backend train --kind "$kind" --out "$OUT_ROOT/$kind-$NAME" --minutes "$MINUTES" --tokens 1000000000 \
-        --validate-every 1000000 --distil-minutes 0 --settings "$settings" "${common[@]}" >"$OUT_ROOT/$kind-$NAME.log" 2>&1 &
+        --validate-every 1000000 --distil-minutes 0 "${start[@]}" "${common[@]}" --compile off \
+        >"$OUT_ROOT/$kind-$NAME.log" 2>&1 &  # the cache is filled: no target graphs to compile
     pids+=($!)
 done
 status=0

@@ -170,16 +170,17 @@ def write_card(
         *(
             [
                 f"- Started from the weights in `{report.origin['folder']}` ({report.origin.get('steps', 0)} steps, "
-                f"{report.origin.get('training_tokens', 0)} window tokens, {report.origin.get('seconds', 0)} s), "
-                "counted in the totals below."
+                f"{report.origin.get('training_tokens', 0)} window tokens, {report.origin.get('seconds', 0)} s); "
+                f"with this training's below, {summary['steps']} steps, {summary['training_tokens']} window tokens "
+                f"and {summary['seconds']} s in all."
             ]
             if report.origin
             else []
         ),
-        f"- {summary['steps']} steps ({summary['training_tokens']} window tokens); the last {report.steps} of "
-        f"{settings.rows} windows x {settings.window} tokens, AdamW, learning rate "
+        f"- {report.steps} steps of {settings.rows} windows x {settings.window} tokens "
+        f"({report.steps * settings.rows * settings.window} window tokens), AdamW, learning rate "
         f"{settings.learning_rate}, warm-up {settings.warmup_steps} steps then cosine decay.",
-        f"- Time: {summary['seconds']} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
+        f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
         f"- Head settings: `{json.dumps(head_settings) if head_settings else 'defaults'}`.",
         f"- Command: `python -m backend {facts['command']}`",
         *_runs_markdown(summary["runs"]),
