@@ -43,7 +43,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         raise SpecScopeError("--ship names the shipped folder the new weights may replace: give --out another folder")
     if args.init_from and args.settings:
         raise SpecScopeError("--init-from builds the head its folder records: leave out --settings")
-    target = load_target(args)
+    target = load_target(argparse.Namespace(**{**vars(args), "compile": _compile_choice(args)}))
     if target.device.type == "cuda" and args.dtype == "auto":
         target.model.to(torch.bfloat16)
         target.dtype = torch.bfloat16
@@ -154,6 +154,14 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         f"{settings.validation_draft_len}; saved to {out}"
     )
     return 0
+
+
+def _compile_choice(args: argparse.Namespace) -> str:
+    """The target's compiled passes serve only the answers the generate teacher writes on a CPU
+    (dataset.greedy_answers); elsewhere (a GPU, the prefill teacher, a filled cache) building them wastes minutes."""
+    generates = args.teacher != "prefill" and args.distil_minutes != 0
+    on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
+    return args.compile if generates and on_cpu else "off"
 
 
 def _teacher_sources(teacher: str, instructions: list) -> list[list]:
