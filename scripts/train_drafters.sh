@@ -50,8 +50,7 @@ for kind in $KINDS; do
     start=(--settings "$settings")
     if [ -n "$FROM" ]; then start=(--init-from "$FROM/$kind-$NAME"); fi
     $PY -m backend train --kind "$kind" --out "$OUT_ROOT/$kind-$NAME" --minutes "$MINUTES" --tokens 1000000000 \
-        --validate-every 1000000 --distil-minutes 0 "${start[@]}" "${common[@]}" --compile off \
-        >"$OUT_ROOT/$kind-$NAME.log" 2>&1 &  # the cache is filled: no target graphs to compile
+        --validate-every 1000000 --distil-minutes 0 "${start[@]}" "${common[@]}" >"$OUT_ROOT/$kind-$NAME.log" 2>&1 &
     pids+=($!)
 done
 status=0

@@ -72,7 +72,7 @@ def training_summary(
         "data": facts["corpus"],
         "train_sequence_tokens": facts["train_sequence_tokens"],
         "validation_sequence_tokens": facts["validation_sequence_tokens"],
-        "training_tokens": before["training_tokens"] + report.steps * settings.rows * settings.window,
+        "training_tokens": before["training_tokens"] + _window_tokens(report, settings),
         "steps": before["steps"] + report.steps,
         "seconds": round(before["seconds"] + report.seconds),
         "device": facts["device"],
@@ -96,6 +96,11 @@ def training_summary(
         "suite": suite or [],
         **({"initialised_from": report.origin["folder"]} if report.origin else {}),
     }
+
+
+def _window_tokens(report: TrainReport, settings: TrainSettings) -> int:
+    """The tokens of the windows this training stepped through (not counting the weights it started from)."""
+    return report.steps * settings.rows * settings.window
 
 
 def _origin_totals(origin: dict | None) -> dict:
@@ -178,7 +183,7 @@ def write_card(
             else []
         ),
         f"- {report.steps} steps of {settings.rows} windows x {settings.window} tokens "
-        f"({report.steps * settings.rows * settings.window} window tokens), AdamW, learning rate "
+        f"({_window_tokens(report, settings)} window tokens), AdamW, learning rate "
         f"{settings.learning_rate}, warm-up {settings.warmup_steps} steps then cosine decay.",
         f"- Time: {report.seconds:.0f} s on {facts['device']} ({facts['dtype']}), {facts['hardware']}.",
         f"- Head settings: `{json.dumps(head_settings) if head_settings else 'defaults'}`.",

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from backend.core.errors import SpecScopeError
+from backend.core.models import resolve_device
 from backend.training.card import read_card, suite_acceptance, threads_text, write_card
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
@@ -160,8 +161,7 @@ def _compile_choice(args: argparse.Namespace) -> str:
     """The target's compiled passes serve only the answers the generate teacher writes on a CPU
     (dataset.greedy_answers); elsewhere (a GPU, the prefill teacher, a filled cache) building them wastes minutes."""
     generates = args.teacher != "prefill" and args.distil_minutes != 0
-    on_cpu = args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())
-    return args.compile if generates and on_cpu else "off"
+    return args.compile if generates and resolve_device(args.device).type == "cpu" else "off"
 
 
 def _teacher_sources(teacher: str, instructions: list) -> list[list]:

@@ -5,6 +5,7 @@ with its eager forward and no minutes go to compiling."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from backend.cli.main import build_parser
 from backend.training.run import train_command
@@ -22,9 +23,11 @@ class _Loaded(Exception):
         (["--teacher", "prefill"], "off"),
         (["--distil-minutes", "0"], "off"),
         (["--device", "cuda"], "off"),
+        (["--device", "auto"], "off"),
     ],
 )
-def test_train_compiles_the_target_only_where_it_generates_answers_on_a_cpu(tmp_path, more, compile):
+def test_train_compiles_the_target_only_where_it_generates_answers_on_a_cpu(tmp_path, monkeypatch, more, compile):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU here: --device auto or cuda picks it
     args = build_parser().parse_args(
         ["train", "--kind", "eagle3", "--out", str(tmp_path), "--device", "cpu", "--compile", "on", *more]
     )
