@@ -7,7 +7,8 @@ of drafts k that maximises the expected tokens per second on this hardware:
     E[tokens | k] = 1 + p1 * (1 + r + ... + r^(k-1))   (the target's own token + expected accepted drafts)
     k* = argmax_k  E[tokens | k] / t(k)                  k = 0 is plain decoding
 
-where t(k) is the measured time of a step that verified k drafts (drafting included), p1 the
+where t(k) is the measured time of a step that verified k drafts (drafting included; an unmeasured k
+read off the line through the measured ones), p1 the
 acceptance rate of a first draft token and r that of each later one given the previous was accepted
 (a geometric model of acceptance, as in Leviathan et al. §3). p1 is kept per "evidence" label the
 drafter attaches to a draft (e.g. how many tokens of context its match covered), so weak matches
@@ -158,9 +159,20 @@ class AdaptiveDraftLength:
         return self.first[evidence]
 
     def _seconds_for(self, draft_len: int) -> float:
-        """Measured step time at this k, else at the nearest measured k > 0 (the larger on a tie)."""
-        nearest = min((k for k in self.step_seconds if k > 0), key=lambda k: (abs(k - draft_len), -k))
-        return self.step_seconds[nearest]
+        """Measured step time at this k, else read off a line, as a step's time grows about linearly with the
+        drafts it verifies (and, for a costly drafter, drafts): between the nearest measured k below and above
+        it (the plain step's k = 0 included), or past the largest measured k along the line through the two
+        largest (never falling). Reading an unmeasured k off its nearest neighbour instead made every k up to
+        a measured one look as costly as it, so a shorter draft was never tried where it would pay."""
+        if draft_len in self.step_seconds:
+            return self.step_seconds[draft_len]
+        known = sorted(self.step_seconds)
+        below, above = [k for k in known if k < draft_len], [k for k in known if k > draft_len]
+        low, high = (below[-1], above[0]) if below and above else (known[-2], known[-1])
+        slope = (self.step_seconds[high] - self.step_seconds[low]) / (high - low)
+        if not above:
+            slope = max(slope, 0.0)
+        return self.step_seconds[low] + (draft_len - low) * slope
 
 
 class ScheduledDraftLength:

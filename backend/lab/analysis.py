@@ -34,6 +34,20 @@ def bootstrap_al_ci(
     return float(point), float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
 
 
+def paired_gain_ci(
+    new: Sequence[float], old: Sequence[float], resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """The mean of new - old over pairs (the same prompts measured with two drafters) with a percentile
+    bootstrap CI resampling the pairs. Returns (gain, low, high)."""
+    gains = np.asarray(new, dtype=float) - np.asarray(old, dtype=float)  # [n]
+    if len(gains) == 0:
+        raise ValueError("a paired gain needs at least one pair")
+    rng = np.random.default_rng(seed)
+    samples = gains[rng.integers(0, len(gains), size=(resamples, len(gains)))].mean(axis=1)  # [resamples]
+    tail = (1.0 - level) / 2
+    return float(gains.mean()), float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
+
+
 def pareto_frontier(points: Sequence[dict], x: str = "interactivity_tps", y: str = "throughput_tps") -> list[dict]:
     """Points no other point beats on both axes (higher is better on both), ordered by x. Points
     missing either figure (one new token has no time per output token) are left out."""

@@ -33,7 +33,8 @@ def suite_acceptance(
     per_category: int = 2,
     max_new_tokens: int = 64,
 ) -> list[dict]:
-    """AL with a 95% bootstrap CI over prompts, per category and D, greedy, on the evaluation suite."""
+    """AL with a 95% bootstrap CI over prompts, per category and D, greedy, on the evaluation suite; each row
+    keeps its prompts' (accepted drafts, drafting steps) in suite order, so two drafters pair prompt by prompt."""
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context)
     questions = load_suite(DEFAULT_SUITE, per_category=per_category)
     rows = []
@@ -46,7 +47,16 @@ def suite_acceptance(
             per_prompt.setdefault(question.category, []).append((stats.accepted_tokens, stats.drafting_steps))
         for category, counts in sorted(per_prompt.items()):
             al, low, high = bootstrap_al_ci(counts)
-            rows.append({"category": category, "draft_len": draft_len, "al": al, "al_ci_low": low, "al_ci_high": high})
+            rows.append(
+                {
+                    "category": category,
+                    "draft_len": draft_len,
+                    "al": al,
+                    "al_ci_low": low,
+                    "al_ci_high": high,
+                    "prompts": [list(pair) for pair in counts],
+                }
+            )
     return rows
 
 

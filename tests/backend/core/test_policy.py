@@ -3,7 +3,7 @@
 import pytest
 
 from backend.core.errors import SpecScopeError
-from backend.core.policy import AdaptiveDraftLength, FixedDraftLength, StepObservation, make_policy
+from backend.core.policy import AdaptiveDraftLength, DecayedRate, FixedDraftLength, StepObservation, make_policy
 
 
 def test_fixed_policy_verifies_what_is_available_up_to_d():
@@ -88,3 +88,25 @@ def test_auto_keeps_a_costly_drafters_early_stops_out_of_the_plain_step_time():
         policy.observe(StepObservation(0, 0, 0.09, None, None))
     assert policy.step_seconds[0] == pytest.approx(0.09, rel=1e-3)
     assert policy.choose(1, None) == 1  # and drafting would look worth it
+
+
+def test_auto_tries_one_draft_where_it_pays_though_only_longer_drafts_were_timed():
+    """On a CPU a step's time grows with the drafts it verifies: with t(0) = 20 ms and t(4) = 36 ms timed,
+    one draft (about 24 ms) accepted 40% of the time beats plain decoding, while four do not."""
+    policy = AdaptiveDraftLength(free_drafter=False)
+    policy.observe(StepObservation(0, 0, 0.020, None, None))
+    policy.observe(StepObservation(4, 0, 0.036, None, False))
+    policy.first[None], policy.later = DecayedRate(0.4, 0.8), DecayedRate(0.3, 0.8)
+    assert policy.cap == 2
+    assert policy.choose(policy.cap, None) == 1
+
+
+def test_auto_reads_unmeasured_draft_lengths_off_the_measured_line():
+    policy = AdaptiveDraftLength(free_drafter=True)
+    policy.step_seconds.update({0: 0.020, 2: 0.028, 4: 0.040})
+    assert policy._seconds_for(1) == pytest.approx(0.024)  # between 0 and 2
+    assert policy._seconds_for(3) == pytest.approx(0.034)  # between 2 and 4
+    assert policy._seconds_for(8) == pytest.approx(0.064)  # past 4, along the line through 2 and 4
+    policy.step_seconds.update({2: 0.045})  # a noisy measurement: longer drafts never get cheaper
+    assert policy._seconds_for(8) == pytest.approx(0.045)
+    assert policy._seconds_for(4) == pytest.approx(0.040)  # a measured k is its own time

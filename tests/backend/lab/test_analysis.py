@@ -10,6 +10,7 @@ from backend.lab.analysis import (
     interpolate,
     matched_interactivity,
     newest_per_config,
+    paired_gain_ci,
     pareto_frontier,
     predicted_speedup,
     recommended_d,
@@ -33,6 +34,21 @@ def test_bootstrap_narrows_with_more_prompts():
     few = bootstrap_al_ci([(4, 2), (0, 2)] * 2)
     many = bootstrap_al_ci([(4, 2), (0, 2)] * 50)
     assert few[2] - few[1] > many[2] - many[1] > 0
+
+
+def test_paired_gain_of_two_prompts_spans_their_own_gains():
+    # gains +0.4 and -0.2: resampling two pairs gives means +0.4, +0.1 or -0.2, the ends each with
+    # probability 1/4, so the 2.5% and 97.5% percentiles are exactly -0.2 and +0.4.
+    gain, low, high = paired_gain_ci([1.8, 1.2], [1.4, 1.4], resamples=4000)
+    assert (gain, low, high) == (pytest.approx(0.1), pytest.approx(-0.2), pytest.approx(0.4))
+
+
+def test_paired_gain_ignores_what_the_pairs_share():
+    """Prompts of very different ALs, each improved by 0.05: the CI has no width (unpaired, it would span ~2)."""
+    old = [1.1, 3.0, 1.5, 2.2]
+    assert paired_gain_ci([a + 0.05 for a in old], old) == pytest.approx((0.05, 0.05, 0.05))
+    with pytest.raises(ValueError):
+        paired_gain_ci([], [])
 
 
 def point(x, y, name="p"):

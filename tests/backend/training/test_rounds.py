@@ -1,5 +1,6 @@
-"""Training rounds: new weights replace the shipped ones only when their mean suite AL is higher, the
-shipped folder's card records every round either way, and a checkpoint never ships."""
+"""Training rounds: new weights replace the shipped ones only when their AL gain over the shipped ones, prompt
+by prompt, has a 95% bootstrap CI above zero; the shipped folder's card records every round either way, and a
+checkpoint never ships."""
 
 from __future__ import annotations
 
@@ -17,20 +18,28 @@ from backend.training.loop import CHECKPOINT, TrainReport, TrainSettings
 from tests.backend.training.test_card import FACTS
 
 
-def suite(al: float) -> list[dict]:
-    return [
-        {"category": category, "draft_len": 4, "al": al, "al_ci_low": al - 0.1, "al_ci_high": al + 0.1}
-        for category in ("qa", "writing")
-    ]
+def suite(al: float | list[float]) -> list[dict]:
+    """suite_acceptance's rows at D = 4 for two prompts each of qa and writing, whose ALs are `al` (one figure
+    for all four, or one per prompt: qa's two, then writing's), each prompt 20 drafting steps."""
+    als = [al] * 4 if isinstance(al, float) else al
+    rows = []
+    for category, pair in (("qa", als[:2]), ("writing", als[2:])):
+        prompts = [[round((value - 1) * 20), 20] for value in pair]
+        mean = sum(pair) / 2
+        rows.append(
+            {"category": category, "draft_len": 4, "al": mean, "al_ci_low": min(pair), "al_ci_high": max(pair)}
+            | {"prompts": prompts}
+        )
+    return rows
 
 
-def weights_folder(tiny, path, seed: int, al: float, shipped_as: Path | None = None):
+def weights_folder(tiny, path, seed: int, al: float | list[float], shipped_as: Path | None = None):
     """An eagle3 head with its own random weights, its card measured at `al`, and a checkpoint beside it."""
     torch.manual_seed(seed)
     head = eagle3.new_head(tiny)
     eagle3.save(head, tiny, path)
     report = TrainReport(
-        steps=10, seconds=12.0, validation=[{"step": 10, "tokens": 1280, "validation_loss": 3.0, "al": al}]
+        steps=10, seconds=12.0, validation=[{"step": 10, "tokens": 1280, "validation_loss": 3.0, "al": 1.5}]
     )
     write_card(path, "eagle3", tiny, report, TrainSettings(), {}, FACTS, suite(al), shipped_as)
     (path / CHECKPOINT).write_bytes(b"optimizer state")
@@ -44,13 +53,13 @@ def measured_as(monkeypatch):
 
     def measure(target, drafter, draft_lens, per_category):
         assert draft_lens == (4,) and per_category == 2  # measured as the candidate was
-        return suite(drafter.measured_al)
+        return drafter.measured
 
     original = rounds.build_drafter
 
     def build(kind, target, options):
         drafter = original(kind, target, options)
-        drafter.measured_al = json.loads((Path(options["drafter_path"]) / "card.json").read_text())["suite"][0]["al"]
+        drafter.measured = json.loads((Path(options["drafter_path"]) / "card.json").read_text())["suite"]
         return drafter
 
     monkeypatch.setattr(rounds, "suite_acceptance", measure)
@@ -92,5 +101,41 @@ def test_better_weights_replace_the_shipped_ones_and_carry_the_history(tiny, tmp
     card = json.loads((shipped / "card.json").read_text())
     assert [r["shipped"] for r in card["rounds"]] == [True, True]
     readme = (shipped / "README.md").read_text()
-    assert readme.count(rounds.ROUNDS_HEADING) == 1 and "| 1.60 | 1.20 | yes |" in readme
+    assert readme.count(rounds.ROUNDS_HEADING) == 1 and "| 1.60 | 1.20 | +0.400 (+0.400 to +0.400) | yes |" in readme
     assert readme.startswith("# shipped: eagle3 drafter") and "--init-from data/drafters/shipped " in readme  # its home
+
+
+def test_a_higher_mean_carried_by_one_prompt_does_not_ship(tiny, tmp_path, measured_as):
+    """Mean AL 1.375 against 1.30, but three of four prompts got worse: the gain's CI reaches below zero."""
+    shipped = weights_folder(tiny, tmp_path / "shipped", seed=1, al=1.3)
+    lopsided = [1.2, 1.2, 1.2, 1.9]
+    candidate = weights_folder(tiny, tmp_path / "new", seed=2, al=lopsided)
+    outcome = rounds.ship_if_better("eagle3", tiny, candidate, shipped, suite(lopsided), per_category=2)
+    assert outcome.score > outcome.previous_score
+    gain, low, high = outcome.gain
+    assert gain == pytest.approx(0.075) and low < 0 < high and not outcome.shipped
+
+
+def test_a_small_gain_on_every_prompt_ships(tiny, tmp_path, measured_as):
+    shipped = weights_folder(tiny, tmp_path / "shipped", seed=1, al=[1.3, 1.4, 1.5, 1.6])
+    better = [1.35, 1.45, 1.55, 1.65]
+    candidate = weights_folder(tiny, tmp_path / "new", seed=2, al=better)
+    outcome = rounds.ship_if_better("eagle3", tiny, candidate, shipped, suite(better), per_category=2)
+    assert outcome.gain[1] == pytest.approx(0.05) and outcome.shipped
+
+
+def test_the_gain_pairs_the_same_prompts():
+    with pytest.raises(ValueError, match="same suite prompts"):
+        rounds.al_gain(suite(1.5), suite(1.5)[:1])
+
+
+def test_suite_rows_keep_each_prompts_counts_so_a_drafter_pairs_with_itself(tiny):
+    from backend.training.card import suite_acceptance
+
+    torch.manual_seed(0)
+    rows = suite_acceptance(tiny, eagle3.drafter(tiny, eagle3.new_head(tiny).eval()), (2,), 1, max_new_tokens=8)
+    assert {row["category"] for row in rows} >= {"qa", "writing", "coding"}
+    for row in rows:
+        ((accepted, steps),) = row["prompts"]
+        assert steps > 0 and row["al"] == pytest.approx(1 + accepted / steps)
+    assert rounds.al_gain(rows, rows) == (0.0, 0.0, 0.0)
