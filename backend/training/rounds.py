@@ -111,8 +111,8 @@ def rounds_markdown(rounds: list[dict]) -> list[str]:
         ROUNDS_HEADING,
         "",
         "Weights are replaced only when a round's AL gain over the shipped weights, measured prompt by prompt on",
-        "the held-out suite with the same settings and averaged over D, has a 95% bootstrap CI above zero; a round",
-        "without a gain CI was decided on the higher mean AL alone.",
+        "the held-out suite with the same settings and averaged over D, has a 95% bootstrap CI above zero; rounds",
+        "without a gain CI were decided on the mean AL, before this rule.",
         "",
         "| date | data | sequence tokens | training tokens | time (s) | mean suite AL | shipped AL then "
         "| AL gain (95% CI) | shipped |",
