@@ -8,7 +8,7 @@ Pure functions on numbers and dicts; knows nothing about models, the store or th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -26,12 +26,12 @@ def bootstrap_al_ci(
     if len(data) == 0:
         return 1.0, 1.0, 1.0
     point = acceptance_length(data[:, 0].sum(), data[:, 1].sum())
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(data), size=(resamples, len(data)))  # [resamples, n]
-    sums = data[picks].sum(axis=1)  # [resamples, 2]
-    samples = acceptance_length(sums[:, 0], sums[:, 1])
-    tail = (1.0 - level) / 2
-    return float(point), float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
+
+    def pooled_al(resampled: np.ndarray) -> np.ndarray:  # [resamples, n, 2] -> [resamples]
+        sums = resampled.sum(axis=1)  # [resamples, 2]
+        return acceptance_length(sums[:, 0], sums[:, 1])
+
+    return float(point), *_percentile_ci(data, pooled_al, resamples, level, seed)
 
 
 def paired_gain_ci(
@@ -42,10 +42,22 @@ def paired_gain_ci(
     gains = np.asarray(new, dtype=float) - np.asarray(old, dtype=float)  # [n]
     if len(gains) == 0:
         raise ValueError("a paired gain needs at least one pair")
-    rng = np.random.default_rng(seed)
-    samples = gains[rng.integers(0, len(gains), size=(resamples, len(gains)))].mean(axis=1)  # [resamples]
+
+    def mean(resampled: np.ndarray) -> np.ndarray:  # [resamples, n] -> [resamples]
+        return resampled.mean(axis=1)
+
+    return float(gains.mean()), *_percentile_ci(gains, mean, resamples, level, seed)
+
+
+def _percentile_ci(
+    data: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], resamples: int, level: float, seed: int
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of `statistic` over `data` [n, ...]: rows drawn with replacement,
+    `resamples` times; statistic maps the resampled [resamples, n, ...] to [resamples]."""
+    picks = np.random.default_rng(seed).integers(0, len(data), size=(resamples, len(data)))  # [resamples, n]
+    samples = statistic(data[picks])  # [resamples]
     tail = (1.0 - level) / 2
-    return float(gains.mean()), float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
+    return float(np.quantile(samples, tail)), float(np.quantile(samples, 1 - tail))
 
 
 def pareto_frontier(points: Sequence[dict], x: str = "interactivity_tps", y: str = "throughput_tps") -> list[dict]:
