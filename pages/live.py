@@ -45,6 +45,7 @@ def describe(start: dict) -> str:
     cost = start.get("cost") or {}
     memory = run_status.memory_note(start)
     tree = f" · token tree ≤ {start['tree_budget']} drafts" if start.get("tree_budget") else ""
+    tree += f" · stops below confidence {start['min_confidence']:g}" if start.get("min_confidence") else ""
     return (
         f"{start['target']} · {start['drafter']} · D={start['draft_len']}{tree} · nominal ρ "
         f"{cost.get('nominal_rho', 0):.3f} · G = {start['facts']['G']}" + (f" · {memory}" if memory else "")

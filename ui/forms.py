@@ -15,6 +15,7 @@ TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
 TREE_BUDGETS = [0, 4, 8, 12, 16, 24, 32, 48, 64]  # within the worker's bound (bodies.MAX_TREE_BUDGET)
 TREE_TOPKS = [1, 2, 3, 4, 6, 8]
+CONFIDENCE_STOPS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9]  # within the worker's bound [0, 1)
 MAX_NEW_TOKENS = 2048  # the worker's bound on max_new_tokens (backend/serving/bodies.py; a test checks they agree)
 MAX_SEED = 2**31 - 1
 
@@ -89,6 +90,8 @@ def drafter_input(prefix: str, models: dict, default: str = "suffix", default_le
     if chosen.get("trees"):
         fields |= tree_input(prefix)
     with st.expander("Drafter options"):
+        if drafter != "none":
+            fields["min_confidence"] = confidence_input(prefix, disabled=fields.get("tree_budget", 0) > 0)
         if chosen.get("summary"):
             st.caption(chosen["summary"])
         for option in chosen.get("options", []):
@@ -119,6 +122,22 @@ def tree_input(prefix: str) -> dict:
         disabled=budget == 0,
     )
     return {"tree_budget": budget, "tree_topk": topk}
+
+
+def confidence_input(prefix: str, disabled: bool) -> float:
+    """The confidence stop of a chain (0 = none): drafting stops before the first token whose running product
+    of the drafter's own probabilities is below it."""
+    return st.select_slider(
+        "Confidence stop",
+        CONFIDENCE_STOPS,
+        value=0.0,
+        key=f"{prefix}_confidence",
+        help="Stop a chain before the first draft whose running product of the drafter's probabilities falls "
+        "below this (0 = never): fewer drafts that the target would reject, and fewer draft passes. "
+        "Still exact: it only shortens drafts. Drafters without probabilities (ngram) are never cut; "
+        "token trees ignore it.",
+        disabled=disabled,
+    )
 
 
 def option_input(prefix: str, option: dict):

@@ -40,8 +40,10 @@ HIDE_STREAMLIT_STOP = (
 
 def lane_name(spec: dict) -> str:
     """A lane's drafter as every table and chart names it: 'ngram [tree=16]' for a lane with a tree budget,
-    'ngram' for a chain (the variant its stored run gets: RunRequest.plan)."""
-    return drafter_label(spec["drafter"], variant_label(0.0, {}, spec.get("tree_budget", 0)))
+    'eagle3 [conf=0.2]' with a confidence stop, 'ngram' for a plain chain (the variant its stored run gets:
+    RunRequest.plan)."""
+    variant = variant_label(0.0, {}, spec.get("tree_budget", 0), spec.get("min_confidence", 0.0))
+    return drafter_label(spec["drafter"], variant)
 
 
 def speedup_text(speedup: float | None) -> str:

@@ -67,6 +67,22 @@ def tree_topk(text: str) -> int:
     return value
 
 
+def confidence(text: str) -> float:
+    """A confidence stop: a probability in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"a confidence stop must be in [0, 1), got {value}")
+    return value
+
+
+def confidences(text: str) -> list[float]:
+    """0,0.1,0.3 -> [0.0, 0.1, 0.3]: confidence stops, 0 = none."""
+    return [confidence(part) for part in names(text)]
+
+
 def tree_budgets(text: str) -> list[int]:
     """0,8,16 -> [0, 8, 16]: nodes of a tree draft per step, 0 = a chain."""
     try:

@@ -29,6 +29,7 @@ def generate_command(args: argparse.Namespace) -> int:
         stop_strings=tuple(args.stop),
         tree_budget=args.tree_budget,
         tree_topk=args.tree_topk,
+        min_confidence=args.min_confidence,
     )
     if args.suite is not None:
         questions = load_suite(args.suite, args.categories, args.limit)
@@ -43,6 +44,8 @@ def generate_command(args: argparse.Namespace) -> int:
     header = {"target": args.target, "drafter": args.drafter, "draft_len": args.draft_len}
     if args.tree_budget:
         header["tree_budget"] = args.tree_budget
+    if args.min_confidence:
+        header["min_confidence"] = args.min_confidence
     if questions is None:
         result = runner.run([text], drafter, settings)
         _print_result(runner, result, header, args.json)

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 
 from backend.cli.arg_types import (
+    confidence,
+    confidences,
     draft_len,
     draft_lens,
     names,
@@ -105,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="draft a token tree of up to N nodes, D deep (0 = a chain, default)",
     )
     generate.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budget: children per tree node")
+    generate.add_argument(
+        "--min-confidence",
+        type=confidence,
+        default=0.0,
+        help="stop a chain before the first draft whose running product of the drafter's probabilities is "
+        "below this (0 = never, default)",
+    )
     _add_decoding_args(generate)
     generate.add_argument("--json", action="store_true", help="print JSON (one object per prompt per line)")
     generate.set_defaults(handler=generate_command)
@@ -123,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--drafters", type=names, default=["ngram", "suffix"], help="comma-separated drafters")
     speed.add_argument("--draft-lens", type=draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
     _add_tree_args(speed)
+    speed.add_argument(
+        "--min-confidences",
+        type=confidences,
+        default=[0.0],
+        help="comma-separated confidence stops for chains (0 = none, default): each drafter at each",
+    )
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(speed)

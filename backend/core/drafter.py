@@ -70,6 +70,9 @@ class DraftRequest:
     # at most `branching` children per node; a drafter without a tree builder proposes a chain
     max_nodes: int = 0
     branching: int = 1
+    # a chain stops before the first token whose running product of the drafter's own probabilities falls
+    # below this (0: never); a drafter may stop there itself to save draft passes, the engine cuts any draft
+    min_confidence: float = 0.0
 
 
 @dataclass
@@ -84,6 +87,30 @@ class Draft:
     # a tree: the parent of each token (-1 = the newest committed token), parents before children,
     # best first (tree.py); None is a chain. probs is then None (q one-hot on each node)
     parents: list[int] | None = None
+
+    def within_confidence(self, threshold: float) -> Draft:
+        """This chain cut before its first token whose running product of confidences is below `threshold`
+        ("low-confidence"); itself when nothing is cut, it is a tree, or it carries no confidences."""
+        if self.parents is not None or self.confidence is None:
+            return self
+        keep = confident_length(self.confidence, threshold)
+        if keep == len(self.tokens):
+            return self
+        probs = self.probs[:keep] if self.probs is not None else None
+        return Draft(self.tokens[:keep], probs, self.confidence[:keep], "low-confidence", self.evidence)
+
+
+def confident_length(confidence: list[float], threshold: float) -> int:
+    """How many leading drafts keep the running product of their probabilities at or above `threshold`: with
+    calibrated probabilities, the chance that the target accepts every one of them. Stopping there only
+    shortens a draft, so it keeps verification exact (as Hugging Face's `assistant_confidence_threshold`,
+    which tests each token's own probability, and DSpark's confidence head, which tests a learned product)."""
+    survival = 1.0
+    for kept, probability in enumerate(confidence):
+        survival *= probability
+        if survival < threshold:
+            return kept
+    return len(confidence)
 
 
 @dataclass

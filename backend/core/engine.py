@@ -49,6 +49,8 @@ class GenerationSettings:
     stop_strings: tuple[str, ...] = ()
     tree_budget: int = 0  # nodes of a tree draft to verify per step; 0 = chains
     tree_topk: int = 4  # at most this many children per tree node
+    # chains stop before the first draft whose running product of the drafter's probabilities is below this
+    min_confidence: float = 0.0
 
 
 @dataclass
@@ -139,11 +141,12 @@ class Sequence:
         cap = min(policy.cap, self.max_new_tokens - len(self.output_ids) - 1)
         started = self.engine.clock()
         draft, verified, asked = Draft([]), 0, 0
-        nodes, branching = self.settings.tree_budget, self.settings.tree_topk
+        nodes, branching, confident = self.settings.tree_budget, self.settings.tree_topk, self.settings.min_confidence
         if session is not None and cap > 0:
             committed = self.committed
             if self.drafter.free_to_propose:  # look first, then decide how much of it to verify
-                draft = session.propose(DraftRequest(committed, cap, sampling, self.generator, nodes, branching))
+                request = DraftRequest(committed, cap, sampling, self.generator, nodes, branching, confident)
+                draft = session.propose(request).within_confidence(confident)
                 if draft.parents is not None:  # the policy's D caps a tree's depth
                     draft = _tree_within(draft, policy.choose(max(depths(draft.parents), default=0), draft.evidence))
                 verified = (
@@ -152,8 +155,8 @@ class Sequence:
             else:  # decide first: every drafted token costs a forward pass
                 verified = asked = policy.choose(cap, None)
                 if verified:
-                    request = DraftRequest(committed, verified, sampling, self.generator, nodes, branching)
-                    draft = session.propose(request)
+                    request = DraftRequest(committed, verified, sampling, self.generator, nodes, branching, confident)
+                    draft = session.propose(request).within_confidence(confident)
                     verified = len(draft.tokens) if draft.parents is not None else verified
         parents = draft.parents[:verified] if draft.parents is not None else None
         if parents is not None and is_chain(parents):

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import torch
 
-from backend.core.drafter import Draft, DraftRequest, StepOutcome
+from backend.core.drafter import Draft, DraftRequest, StepOutcome, confident_length
 from backend.core.kv import ForwardResult
 from backend.core.verify import sample, target_probs
 from backend.drafters.tree_growth import chain_and_siblings
@@ -63,8 +63,8 @@ class AutoregressiveSession:
                 rows.append(q)
                 confidence.append(float(q[token]))
             drafted.append(token)
-            if token in self.eos_ids:
-                break
+            if token in self.eos_ids or confident_length(confidence, request.min_confidence) < len(drafted):
+                break  # an unconfident token is cut by the engine: drafting past it would be wasted
             feed = [token]
         stop = "eos" if drafted and drafted[-1] in self.eos_ids and len(drafted) < request.max_tokens else None
         probs = torch.stack(rows) if rows else None  # [D, V]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
+from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome, confident_length
 from backend.drafters.feature_tree import grow, tree_draft
 from backend.drafters.head_io import TrainedDrafter
 from backend.drafters.trained import (
@@ -218,6 +218,8 @@ class FeatureSession:
                 rows.append(q[0])
             if drafted[-1] in self.eos_ids or len(drafted) == request.max_tokens:
                 break
+            if confident_length(confidence, request.min_confidence) < len(drafted):
+                break  # the engine cuts the unconfident token; drafting past it would be wasted
             position = torch.tensor([[self.stable - 1 + len(drafted)]], device=device)  # [1, 1]
             h = head.step(head.embed(torch.tensor([chosen], device=device)), h, position, self.cache)
         probs = torch.stack(rows) if rows else None  # [n, V]

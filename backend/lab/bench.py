@@ -86,21 +86,30 @@ class Config:
     drafter: str
     draft_len: int | str
     tree_budget: int = 0
+    min_confidence: float = 0.0
 
     @property
     def label(self) -> str:
-        """`name@D`, or `name@D/tree=N` for a tree budget."""
+        """`name@D`, `name@D/tree=N` for a tree budget, `name@D/conf=C` for a confidence stop."""
         tree = f"/tree={self.tree_budget}" if self.tree_budget else ""
-        return f"{self.drafter}@{self.draft_len}{tree}"
+        confident = f"/conf={self.min_confidence:g}" if self.min_confidence else ""
+        return f"{self.drafter}@{self.draft_len}{tree}{confident}"
 
 
-def configs_of(drafters: list[str], draft_lens: list[int | str], tree_budgets: list[int]) -> list[Config]:
-    """Every drafter at every D, and a drafter that builds trees at every tree budget too, in that order."""
+def configs_of(
+    drafters: list[str],
+    draft_lens: list[int | str],
+    tree_budgets: list[int],
+    min_confidences: list[float] | None = None,
+) -> list[Config]:
+    """Every drafter at every D and confidence stop, and a drafter that builds trees at every tree budget too
+    (a confidence stop cuts chains only), in that order."""
     return [
-        Config(name, d, budget)
+        Config(name, d, budget, confident if not budget else 0.0)
         for name in drafters
         for d in draft_lens
         for budget in (tree_budgets if name in TREE_DRAFTERS else [0])
+        for confident in ((min_confidences or [0.0]) if not budget else [0.0])
     ]
 
 
@@ -115,18 +124,20 @@ def speed_benchmark(
     seed: int = 0,
     tree_budgets: tuple[int, ...] = (0,),
     tree_topk: int = 4,
+    min_confidences: tuple[float, ...] = (0.0,),
 ) -> dict:
     """The report (see `_report`). With tree budgets the target's passes are checked for trees first."""
     runner = Runner(target)
     if any(tree_budgets):
         runner.engine.passes.check_tree()
-    configs = configs_of(drafters, draft_lens, list(tree_budgets))
+    configs = configs_of(drafters, draft_lens, list(tree_budgets), list(min_confidences))
     settings = {
         config.label: GenerationSettings(
             max_new_tokens=max_new_tokens,
             draft_len=config.draft_len,
             tree_budget=config.tree_budget,
             tree_topk=tree_topk,
+            min_confidence=config.min_confidence,
         )
         for config in configs
     }

@@ -9,12 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-def variant_label(temperature: float, combo: Mapping, tree_budget: int = 0) -> str | None:
-    """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2, tree=16' (a weights
-    folder by its name); None for greedy chains with the drafter's default options."""
+def variant_label(temperature: float, combo: Mapping, tree_budget: int = 0, min_confidence: float = 0.0) -> str | None:
+    """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2, tree=16, conf=0.2' (a weights
+    folder by its name); None for greedy chains with the drafter's default options and no confidence stop."""
     parts = [f"T={temperature:g}"] if temperature else []
     parts += [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
     parts += [f"tree={tree_budget}"] if tree_budget else []
+    parts += [f"conf={min_confidence:g}"] if min_confidence else []
     return ", ".join(parts) or None
 
 

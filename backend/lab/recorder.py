@@ -79,6 +79,7 @@ class RunPlan:
     max_new_tokens: int
     tree_budget: int = 0  # nodes of a tree draft per step; 0 = chains
     tree_topk: int | None = None  # children per tree node, for a tree budget
+    min_confidence: float = 0.0  # the confidence stop of a chain; 0 = none
     variant: str | None = None  # what the run varied besides drafter and D: 'T=0.7, tree=16' (labels.variant_label)
     drafter_options: dict = field(default_factory=dict)
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -124,6 +125,7 @@ class RunRecorder:
                 "draft_len": plan.draft_len,
                 "tree_budget": plan.tree_budget,
                 "tree_topk": plan.tree_topk,
+                "min_confidence": plan.min_confidence,
                 "variant": plan.variant,
                 "temperature": plan.sampling.temperature,
                 "top_p": plan.sampling.top_p,

@@ -162,6 +162,12 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE sweep_points ADD COLUMN tree_budget INTEGER;  -- 0: chains (also in the variant, 'tree=16')
     """,
     ),
+    (
+        8,
+        """
+        ALTER TABLE runs ADD COLUMN min_confidence DOUBLE;  -- a chain's confidence stop (also in the variant)
+    """,
+    ),
 ]
 RUN_KINDS = ("generate", "compare", "replay", "sweep", "reference")  # 'generate' is a Live run
 RUN_STATUSES = ("complete", "cancelled", "incomplete", "failed")

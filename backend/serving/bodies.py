@@ -37,6 +37,13 @@ class DrafterChoice(CheckedBody):
         0, ge=0, le=MAX_TREE_BUDGET, description="nodes of a token tree verified per step (0 = a chain)"
     )
     tree_topk: int = Field(4, ge=1, le=MAX_TREE_TOPK, description="with a tree budget: children per tree node")
+    min_confidence: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="stop a chain before the first draft whose running product of the drafter's probabilities "
+        "is below this (0 = never)",
+    )
 
     @field_validator("drafter")
     @classmethod
@@ -62,7 +69,7 @@ class DrafterChoice(CheckedBody):
 
     def lane(self) -> LaneSpec:
         options = DrafterOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DrafterOptions)})
-        return LaneSpec(self.drafter, self.draft_len, options, self.tree_budget, self.tree_topk)
+        return LaneSpec(self.drafter, self.draft_len, options, self.tree_budget, self.tree_topk, self.min_confidence)
 
 
 # the drafter and every registered drafter's options (bounds and help from the registry)

@@ -13,7 +13,7 @@ Every figure compares like with like, within the job:
     starts warmer, and its start record says how warm.
 
 Records (each a dict with a `type`):
-  start     {run_id, lane, target facts, drafter, draft_len, tree_budget, compile (the passes), cost,
+  start     {run_id, lane, target facts, drafter, draft_len, tree_budget, min_confidence, compile (the passes), cost,
              group_id, memory: {sequences, tokens} the drafter remembered at the start of the job, or None}
   step      {run_id, lane, turn, StepEvent fields (a tree step's parents and accepted_path included),
              *_text (decoded tokens), running (AL, rate, tok/s)}
@@ -163,6 +163,7 @@ class LiveRuns:
                 "drafter": spec.drafter,
                 "draft_len": spec.draft_len,
                 "tree_budget": spec.tree_budget,
+                "min_confidence": spec.min_confidence,
                 "compile": runner.engine.compile,
                 "cost": drafter.cost().to_dict() if drafter else None,
                 "group_id": group_id,

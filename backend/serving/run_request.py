@@ -25,6 +25,7 @@ class LaneSpec:
     options: DrafterOptions
     tree_budget: int = 0  # nodes of a tree draft per step; 0 = chains
     tree_topk: int = 4  # children per tree node
+    min_confidence: float = 0.0  # chains stop below this running product of draft probabilities; 0 = never
 
     @property
     def is_plain(self) -> bool:
@@ -58,6 +59,7 @@ class RunRequest:
             stop_strings=tuple(self.stop),
             tree_budget=lane.tree_budget,
             tree_topk=lane.tree_topk,
+            min_confidence=lane.min_confidence,
         )
 
     def plan(self, lane: LaneSpec, kind: str, group_id: str | None = None, index: int | None = None) -> RunPlan:
@@ -69,7 +71,8 @@ class RunRequest:
             draft_len=lane.draft_len,
             tree_budget=lane.tree_budget,
             tree_topk=lane.tree_topk if lane.tree_budget else None,
-            variant=variant_label(0.0, {}, lane.tree_budget),
+            min_confidence=lane.min_confidence,
+            variant=variant_label(0.0, {}, lane.tree_budget, lane.min_confidence),
             max_new_tokens=self.max_new_tokens,
             drafter_options={k: v for k, v in lane.options.__dict__.items() if v is not None},
             sampling=self.sampling,

@@ -43,13 +43,19 @@ def sampled_joint(
     compile: str = "off",
     samples: int = SAMPLES,
     tree_budget: int = 0,
+    min_confidence: float = 0.0,
 ) -> torch.Tensor:
     engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(samples):
         # 3 new tokens: the first step drafts 2 deep (the cap leaves room for the target's own token)
         settings = GenerationSettings(
-            max_new_tokens=3, draft_len=draft_len, sampling=sampling, seed=seed, tree_budget=tree_budget
+            max_new_tokens=3,
+            draft_len=draft_len,
+            sampling=sampling,
+            seed=seed,
+            tree_budget=tree_budget,
+            min_confidence=min_confidence,
         )
         out = engine.generate(PROMPT, drafter, settings).run().output_ids
         counts[out[0], out[1]] += 1

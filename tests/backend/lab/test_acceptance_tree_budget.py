@@ -29,3 +29,4 @@ def test_groups_carry_the_drafter_and_tree_budget_and_count_as_the_counter(tmp_p
 def test_drafter_label_names_the_variant_as_the_store_does():
     assert drafter_label("ngram", variant_label(0.0, {}, 16)) == "ngram [tree=16]"
     assert drafter_label("ngram", variant_label(0.0, {}, 0)) == "ngram"
+    assert drafter_label("eagle3", variant_label(0.0, {}, 0, 0.2)) == "eagle3 [conf=0.2]"

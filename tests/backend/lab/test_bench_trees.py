@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from backend.cli.arg_types import tree_budgets
+from backend.cli.arg_types import confidences, tree_budgets
 from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions
@@ -64,3 +64,27 @@ def test_trees_on_passes_that_cannot_score_them_are_refused_before_measuring(tin
     monkeypatch.setattr(tiny.model.config, "_attn_implementation", "flash_attention_2")
     with pytest.raises(SpecScopeError, match="tree drafts need sdpa or eager attention"):
         speed_benchmark(tiny, QUESTIONS, ["ngram"], [4], 8, DrafterOptions(), tree_budgets=(0, 8))
+
+
+def test_confidence_stops_are_configurations_of_chains_only(monkeypatch):
+    monkeypatch.setattr("backend.lab.bench.TREE_DRAFTERS", ("ngram",))
+    configs = configs_of(["ngram", "suffix"], [4], [0, 8], [0.0, 0.35])
+    assert [config.label for config in configs] == [
+        "ngram@4",
+        "ngram@4/conf=0.35",
+        "ngram@4/tree=8",
+        "suffix@4",
+        "suffix@4/conf=0.35",
+    ]
+    assert confidences("0, 0.35") == [0.0, 0.35]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be in \[0, 1\)"):
+        confidences("0.2,1")
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a probability"):
+        confidences("high")
+
+
+def test_confidence_stops_are_measured_beside_plain_chains_losslessly(tiny):
+    report = speed_benchmark(tiny, QUESTIONS, ["suffix"], [4], 24, DrafterOptions(), min_confidences=(0.0, 0.5))
+    summary = report["summary"]
+    assert {"suffix@4", "suffix@4/conf=0.5", "hf-assisted@4", "plain@0"} == set(summary)
+    assert summary["suffix@4/conf=0.5"]["lossless"] == "2/2" and summary["suffix@4"]["lossless"] == "2/2"

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from backend.core.drafter import confident_length
 from backend.core.verify import SamplingParams
 from backend.drafters import DrafterOptions
 from backend.lab.store import RunStore
@@ -237,6 +238,20 @@ def test_a_tree_lane_streams_and_stores_its_tree_and_stays_lossless(worker):
     assert [list(p) for p in trees["accepted_path"]] == [step["accepted_path"] for step in branched]
     plain = worker.store.run(job.of("baseline")[0]["run_id"])
     assert (plain["tree_budget"], plain["tree_topk"]) == (0, None)
+
+
+def test_a_lane_with_a_confidence_stop_streams_stores_and_stays_lossless(worker):
+    lane = LaneSpec("suffix", 4, DrafterOptions(), min_confidence=0.5)
+    job = worker.run(replace(request([("suffix", 4)], prompt="w5 w9 w13 w5 w9 w14 w5 w9 w13 w5 w9"), lanes=[lane]))
+    [summary] = job.summaries()
+    assert summary["identity"]["identical"] is True
+    [start] = job.of("start")
+    assert start["min_confidence"] == 0.5
+    steps = [step for step in job.of("step") if step["draft_probs"]]
+    assert steps and all(confident_length(step["draft_probs"], 0.5) == len(step["drafted"]) for step in steps)
+    run = worker.store.run(summary["run_id"])
+    assert run["min_confidence"] == 0.5 and run["variant"] == "conf=0.5"
+    assert worker.store.run(job.of("baseline")[0]["run_id"])["min_confidence"] == 0.0
 
 
 def test_a_job_with_a_tree_lane_runs_on_the_targets_compiled_passes(tiny, tmp_path):

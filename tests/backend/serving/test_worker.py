@@ -181,6 +181,8 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "tree_budget": 65}, "tree_budget"),
         ({"prompt": "w5", "tree_budget": 8, "tree_topk": 0}, "tree_topk"),
         ({"prompt": "w5", "drafter": "none", "tree_budget": 8}, "drafter 'none' drafts no token trees"),
+        ({"prompt": "w5", "min_confidence": -0.1}, "min_confidence"),
+        ({"prompt": "w5", "min_confidence": 1.0}, "min_confidence"),
     ],
 )
 def test_bad_requests_get_a_json_4xx(worker, body, message):
