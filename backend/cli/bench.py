@@ -234,6 +234,7 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress, 
             args.options,
             args.tree_budgets,
             args.tree_topk,
+            args.min_confidences,
         )
     finally:
         if owned:
@@ -250,6 +251,7 @@ def _sweep_record(args: argparse.Namespace, questions) -> dict:
         "temperatures": args.temperatures,
         "options": args.options,
         "tree_budgets": args.tree_budgets,
+        "min_confidences": args.min_confidences,
         "categories": args.categories,
         "per_category": args.per_category,
         "prompts": len(questions),
@@ -320,6 +322,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
                 "options": args.options,
                 "tree_budgets": args.tree_budgets,
                 "tree_topk": args.tree_topk,
+                "min_confidences": args.min_confidences,
                 "settings": record,
             }
             try:

@@ -131,13 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--per-category", type=int, help="only the first N prompts of each category")
     speed.add_argument("--drafters", type=names, default=["ngram", "suffix"], help="comma-separated drafters")
     speed.add_argument("--draft-lens", type=draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
-    _add_tree_args(speed)
-    speed.add_argument(
-        "--min-confidences",
-        type=confidences,
-        default=[0.0],
-        help="comma-separated confidence stops for chains (0 = none, default): each drafter at each",
-    )
+    _add_draft_shape_args(speed)
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     _add_model_args(speed)
@@ -284,7 +278,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
         help="a drafter option to sweep, e.g. ngram_max=2,3,4 or suffix_max_depth=8,24 or "
         "drafter_path=FOLDER1,FOLDER2 (repeatable; each drafter sweeps the options it has)",
     )
-    _add_tree_args(parser)
+    _add_draft_shape_args(parser)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.get("max_new_tokens", 64))
     parser.add_argument("--categories", type=names)
     parser.add_argument("--limit", type=int)
@@ -296,7 +290,8 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
 
 
-def _add_tree_args(parser: argparse.ArgumentParser) -> None:
+def _add_draft_shape_args(parser: argparse.ArgumentParser) -> None:
+    """What shapes each step's drafts besides D: token-tree budgets and a chain's confidence stops."""
     parser.add_argument(
         "--tree-budgets",
         type=tree_budgets,
@@ -305,6 +300,12 @@ def _add_tree_args(parser: argparse.ArgumentParser) -> None:
         "that build trees",
     )
     parser.add_argument("--tree-topk", type=tree_topk, default=4, help="with --tree-budgets: children per tree node")
+    parser.add_argument(
+        "--min-confidences",
+        type=confidences,
+        default=[0.0],
+        help="comma-separated confidence stops for chains (0 = none, default): each drafter at each",
+    )
 
 
 def _add_drafter_args(parser: argparse.ArgumentParser, with_name: bool = True) -> None:

@@ -165,7 +165,8 @@ MIGRATIONS: list[tuple[int, str]] = [
     (
         8,
         """
-        ALTER TABLE runs ADD COLUMN min_confidence DOUBLE;  -- a chain's confidence stop (also in the variant)
+        ALTER TABLE runs ADD COLUMN min_confidence DOUBLE;          -- a chain's confidence stop (0 = none)
+        ALTER TABLE sweep_points ADD COLUMN min_confidence DOUBLE;  -- also in the variant, 'conf=0.35'
     """,
     ),
 ]

@@ -72,25 +72,28 @@ def run_sweep(
     option_values: Mapping[str, Sequence] | None = None,
     tree_budgets: Sequence[int] = (0,),
     tree_topk: int = 4,
+    min_confidences: Sequence[float] = (0.0,),
 ) -> dict:
     """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all).
 
     Besides drafters, D and B the grid spans `temperatures` (plain decoding is measured at each),
     `option_values` (drafter option name -> values; each drafter sweeps the options it has, the rest
-    keep `options`) and `tree_budgets` (0 = chains; drafters that build trees draft at each budget).
-    A configuration that varies any carries a `variant` label ('T=0.7, ngram_max=2, tree=16')."""
+    keep `options`), `tree_budgets` (0 = chains; drafters that build trees draft at each budget) and
+    `min_confidences` (chains' confidence stops, 0 = none). A configuration that varies any carries a
+    `variant` label ('T=0.7, ngram_max=2, tree=16', 'conf=0.35')."""
     option_values = check_option_values(drafters, option_values or {})
     engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
     prompts = [first_turn_ids(target.tokenizer, q) for q in questions]
-    configs = [  # (temperature, drafter, D, swept options, tree budget): plain (D = 0) at each temperature
-        (t, name, d, combo, budget)
+    configs = [  # (temperature, drafter, D, swept options, tree budget, confidence stop): plain at each temperature
+        (t, name, d, combo, budget, confident)
         for t in temperatures
         for name in ["none", *drafters]
         for combo in option_grid(name, option_values)
         for d in ([0] if name == "none" else [d for d in draft_lens if d != 0])
         for budget in (tree_budgets if name in TREE_DRAFTERS else (0,))
+        for confident in (min_confidences if name != "none" and not budget else (0.0,))
     ]
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0
@@ -108,7 +111,7 @@ def run_sweep(
     points, by_category = [], []
     try:
         for size in batch_sizes:
-            for temperature, name, draft_len, combo, budget in configs:
+            for temperature, name, draft_len, combo, budget, confident in configs:
                 drafter = build_drafter(name, target, dataclasses.replace(options, **combo))
                 settings = GenerationSettings(
                     max_new_tokens=max_new_tokens,
@@ -116,10 +119,11 @@ def run_sweep(
                     sampling=SamplingParams(temperature),
                     tree_budget=budget,
                     tree_topk=tree_topk,
+                    min_confidence=confident,
                 )
                 rows: list[SweepRow] = []
                 wall = prefill = 0.0
-                variant = variant_label(temperature, combo, budget)
+                variant = variant_label(temperature, combo, budget, confident)
                 for start in range(0, len(prompts), size):
                     result = batch.generate(prompts[start : start + size], drafter, settings)
                     wall += result.wall_s
@@ -140,6 +144,7 @@ def run_sweep(
                     "drafter_options": json.dumps(combo),
                     "tree_budget": budget,
                     "tree_topk": tree_topk if budget else None,
+                    "min_confidence": confident,
                 }
                 overall = summarise(rows, wall, config, "all", "all")
                 overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
@@ -271,6 +276,7 @@ def _store_rows(recorder: RunRecorder, sweep_id: str, rows: list[SweepRow], conf
                 split=row.split,
                 tree_budget=config["tree_budget"],
                 tree_topk=config["tree_topk"],
+                min_confidence=config["min_confidence"],
                 variant=config["variant"],
             )
         )

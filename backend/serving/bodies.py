@@ -143,6 +143,9 @@ class SweepBody(CheckedBody):
         [0], min_length=1, max_length=8, description="token-tree budgets, 0 = chains (drafters that build trees)"
     )
     tree_topk: int = Field(4, ge=1, le=MAX_TREE_TOPK, description="with tree budgets: children per tree node")
+    min_confidences: list[float] = Field(
+        [0.0], min_length=1, max_length=8, description="confidence stops for chains, each in [0, 1) (0 = none)"
+    )
     settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
 
     @field_validator("tree_budgets")
@@ -150,6 +153,13 @@ class SweepBody(CheckedBody):
     def valid_tree_budgets(cls, values: list[int]) -> list[int]:
         if any(not 0 <= value <= MAX_TREE_BUDGET for value in values):
             raise ValueError(f"tree budgets must be between 0 and {MAX_TREE_BUDGET} (0 = chains)")
+        return values
+
+    @field_validator("min_confidences")
+    @classmethod
+    def valid_min_confidences(cls, values: list[float]) -> list[float]:
+        if any(not 0 <= value < 1 for value in values):
+            raise ValueError("confidence stops must be at least 0 and below 1 (0 = none)")
         return values
 
     @field_validator("temperatures")

@@ -73,6 +73,7 @@ class JobDispatcher:
                 body.options,
                 body.tree_budgets,
                 body.tree_topk,
+                body.min_confidences,
             )
         except SweepStopped:
             return

@@ -24,8 +24,10 @@ def test_a_run_with_a_confidence_stop_reaches_the_worker_and_says_so(worker_env)
     client = WorkerClient(worker_env.url)
     stored = next(run for run in client.runs(kind="generate", status="complete") if run.get("min_confidence"))
     assert stored["min_confidence"] == 0.5 and stored["variant"] == "conf=0.5"
-    steps = [step for step in client.run(stored["run_id"])["steps"] if step.get("draft_probs")]
+    stored_steps = client.run(stored["run_id"])["steps"]
+    steps = [step for step in stored_steps if step.get("draft_probs")]
     assert steps and all(confident_length(step["draft_probs"], 0.5) == len(step["drafted"]) for step in steps)
+    assert any(step["stop_reason"] == "low-confidence" for step in stored_steps)  # the stop did cut
 
 
 def test_the_confidence_stop_is_off_for_token_trees(worker_env):

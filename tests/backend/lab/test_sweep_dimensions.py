@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from backend.core.drafter import confident_length
 from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions
 from backend.lab.analysis import acceptance_groups
@@ -120,3 +121,23 @@ def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_pa
     points = store.sweep_points(sweep_id=report["sweep_id"])
     assert set(points[points["variant"] == "tree=8"]["tree_budget"]) == {8}
     assert variant_label(0.7, {"ngram_max": 2}, 16) == "T=0.7, ngram_max=2, tree=16"
+
+
+def test_confidence_stops_are_a_dimension_for_chains(tiny, tmp_path):
+    """suffix at each stop (its drafts carry path probabilities), plain decoding once; every greedy point
+    lossless at batch size 2; runs and points say their stop, and the stopped configuration's verified
+    chains all passed it."""
+    store = RunStore(tmp_path / "confidence.duckdb")
+    report = run_sweep(tiny, QUESTIONS, ["suffix"], [4], [2], 16, DrafterOptions(), store, min_confidences=[0, 0.5])
+    configs = {(p["drafter"], p["variant"]) for p in report["points"]}
+    assert configs == {("none", None), ("suffix", None), ("suffix", "conf=0.5")}
+    assert all(p["lossless"] is True for p in report["points"])
+    runs = store.runs(kind="sweep")
+    stopped = runs[runs["variant"] == "conf=0.5"]
+    assert len(stopped) == len(QUESTIONS) and set(stopped["min_confidence"]) == {0.5}
+    steps = [store.steps(run_id) for run_id in stopped["run_id"]]
+    probs = [list(p) for frame in steps for p in frame["draft_probs"].dropna() if len(p)]
+    assert probs and all(confident_length(p, 0.5) == len(p) for p in probs)
+    assert any((frame["stop_reason"] == "low-confidence").any() for frame in steps)  # the stop did cut
+    points = store.sweep_points(sweep_id=report["sweep_id"])
+    assert set(points[points["variant"] == "conf=0.5"]["min_confidence"]) == {0.5}

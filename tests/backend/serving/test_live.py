@@ -249,6 +249,7 @@ def test_a_lane_with_a_confidence_stop_streams_stores_and_stays_lossless(worker)
     assert start["min_confidence"] == 0.5
     steps = [step for step in job.of("step") if step["draft_probs"]]
     assert steps and all(confident_length(step["draft_probs"], 0.5) == len(step["drafted"]) for step in steps)
+    assert any(step["stop_reason"] == "low-confidence" for step in job.of("step"))  # the stop did cut
     run = worker.store.run(summary["run_id"])
     assert run["min_confidence"] == 0.5 and run["variant"] == "conf=0.5"
     assert worker.store.run(job.of("baseline")[0]["run_id"])["min_confidence"] == 0.0

@@ -220,6 +220,17 @@ def test_bad_requests_get_a_json_4xx(worker, body, message):
             },
             "questions.0.question_id: integers must fit in 64 bits",
         ),
+        (
+            "/sweeps",
+            {
+                "questions": [{"question_id": 1, "turns": ["w5"]}],
+                "drafters": ["ngram"],
+                "draft_lens": [2],
+                "batch_sizes": [1],
+                "min_confidences": [0, 1.5],
+            },
+            "confidence stops must be at least 0 and below 1",
+        ),
     ],
 )
 def test_bad_values_anywhere_in_a_body_get_a_json_4xx(worker, path, body, message):
