@@ -34,7 +34,8 @@ def add_train_parser(commands) -> None:
     trainer.add_argument(
         "--distil-minutes",
         type=float,
-        help="stop distilling each split after this long (the cache resumes; 0: train on what is cached)",
+        help="stop distilling each split after this long, the teacher's sources together (the cache resumes; "
+        "0: train on what is cached)",
     )
     trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
     trainer.add_argument(

@@ -183,21 +183,25 @@ def _distil_teacher(
     budget: int,
     progress=None,
 ) -> DistilledData:
-    """The `split` of the cache each of the teacher's sources fills (each up to `budget` sequence tokens)."""
-    caches = [
-        distil(
-            target,
-            source,
-            layers,
-            split,
-            args.answer_tokens,
-            args.distil_batch,
-            token_budget=budget,
-            progress=progress or (lambda done, total: None),
-            minutes=args.distil_minutes,
+    """The `split` of the cache each of the teacher's sources fills (each up to `budget` sequence tokens), all of
+    them within one --distil-minutes: a source that starts after the time is up reads only what it has cached."""
+    deadline = time.monotonic() + 60 * args.distil_minutes if args.distil_minutes is not None else None
+    caches = []
+    for source in sources:
+        minutes = None if deadline is None else max(0.0, (deadline - time.monotonic()) / 60)
+        caches.append(
+            distil(
+                target,
+                source,
+                layers,
+                split,
+                args.answer_tokens,
+                args.distil_batch,
+                token_budget=budget,
+                progress=progress or (lambda done, total: None),
+                minutes=minutes,
+            )
         )
-        for source in sources
-    ]
     return sum(caches[1:], caches[0])
 
 
