@@ -47,7 +47,7 @@ def bench_speed(args: argparse.Namespace) -> int:
     target = load_target(args)
     from tqdm import tqdm
 
-    configs = len(configs_of(args.drafters, args.draft_lens, args.tree_budgets, args.min_confidences))
+    configs = len(configs_of(args.drafters, args.draft_lens, args.tree_budgets, args.min_confidences, args.options))
     runs_per_prompt = 2 + len([d for d in args.draft_lens if d != "auto"]) + configs
     with tqdm(total=len(questions) * runs_per_prompt, file=sys.stderr, unit="run", dynamic_ncols=True) as bar:
 
@@ -66,6 +66,7 @@ def bench_speed(args: argparse.Namespace) -> int:
             tree_budgets=tuple(args.tree_budgets),
             tree_topk=args.tree_topk,
             min_confidences=tuple(args.min_confidences),
+            option_values=args.options,
         )
     print(format_speed_table(report))
     if args.json:

@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--per-category", type=int, help="only the first N prompts of each category")
     speed.add_argument("--drafters", type=names, default=["ngram", "suffix"], help="comma-separated drafters")
     speed.add_argument("--draft-lens", type=draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
+    _add_option_values_arg(speed)
     _add_draft_shape_args(speed)
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
@@ -268,16 +269,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument(
         "--temperatures", type=temperatures, default=[0.0], help="comma-separated; 0 = greedy (default 0)"
     )
-    parser.add_argument(
-        "--option",
-        dest="options",
-        type=option_values,
-        action="append",
-        default=[],
-        metavar="NAME=V1,V2",
-        help="a drafter option to sweep, e.g. ngram_max=2,3,4 or suffix_max_depth=8,24 or "
-        "drafter_path=FOLDER1,FOLDER2 (repeatable; each drafter sweeps the options it has)",
-    )
+    _add_option_values_arg(parser)
     _add_draft_shape_args(parser)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.get("max_new_tokens", 64))
     parser.add_argument("--categories", type=names)
@@ -288,6 +280,19 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     )
     add_compile_arg(parser)
     parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
+
+
+def _add_option_values_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--option",
+        dest="options",
+        type=option_values,
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="a drafter option to sweep, e.g. ngram_max=2,3,4 or suffix_max_depth=8,24 or "
+        "drafter_path=FOLDER1,FOLDER2 (repeatable; each drafter sweeps the options it has)",
+    )
 
 
 def _add_draft_shape_args(parser: argparse.ArgumentParser) -> None:

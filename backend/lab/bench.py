@@ -5,7 +5,10 @@ prompt, so drift in a shared machine's speed does not favour one configuration):
   - plain decoding through our engine (D = 0): the baseline and the reference output;
   - Hugging Face `generate`, greedy;
   - Hugging Face assisted generation with prompt lookup (`prompt_lookup_num_tokens` = D);
-  - each drafter at each D, and with tree budgets at each budget too (`drafter@D/tree=N`).
+  - each drafter at each D (`drafter@D`), and at each value of the drafter options swept with `--option`
+    (`drafter@D/ngram_max=3`, a weights folder by its name: two rounds of trained weights side by side),
+    each confidence stop (`drafter@D/conf=C`) and, for drafters that build trees, each tree budget
+    (`drafter@D/tree=N`).
 Every output is checked token for token against the plain one. Speeds are end to end (prefill +
 decode, new tokens / wall seconds) for every configuration alike; speedups are per prompt, then
 geometric means per category and overall. Our engine's runs also get a decode-only speedup (new tokens
@@ -17,8 +20,9 @@ Knows nothing about printing; the CLI formats what `speed_benchmark` returns.
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -29,8 +33,10 @@ from backend.core.models import LoadedModel
 from backend.core.target_passes import single_sequence_graphs
 from backend.drafters import TREE_DRAFTERS, DrafterOptions, build_drafter
 from backend.lab.analysis import bootstrap_al_ci
+from backend.lab.labels import option_parts
 from backend.lab.prompts import Question
 from backend.lab.runner import Runner, RunResult
+from backend.lab.sweep import option_grid
 
 
 @dataclass
@@ -87,13 +93,16 @@ class Config:
     draft_len: int | str
     tree_budget: int = 0
     min_confidence: float = 0.0
+    options: tuple[tuple[str, object], ...] = ()  # swept drafter option values, (name, value) each
 
     @property
     def label(self) -> str:
-        """`name@D`, `name@D/tree=N` for a tree budget, `name@D/conf=C` for a confidence stop."""
+        """`name@D`, then `/ngram_max=3` per swept option (a weights folder by its name), `/tree=N` for a tree
+        budget, `/conf=C` for a confidence stop."""
+        swept = "".join(f"/{part}" for part in option_parts(dict(self.options)))
         tree = f"/tree={self.tree_budget}" if self.tree_budget else ""
         confident = f"/conf={self.min_confidence:g}" if self.min_confidence else ""
-        return f"{self.drafter}@{self.draft_len}{tree}{confident}"
+        return f"{self.drafter}@{self.draft_len}{swept}{tree}{confident}"
 
 
 def configs_of(
@@ -101,13 +110,16 @@ def configs_of(
     draft_lens: list[int | str],
     tree_budgets: list[int],
     min_confidences: list[float] | None = None,
+    option_values: Mapping[str, list] | None = None,
 ) -> list[Config]:
-    """Every drafter at every D and confidence stop, and a drafter that builds trees at every tree budget too
-    (a confidence stop cuts chains only), in that order."""
+    """Every drafter at every D, combination of the swept values of the options it has (lab/sweep.py's
+    option_grid) and confidence stop, and a drafter that builds trees at every tree budget too (a confidence
+    stop cuts chains only), in that order."""
     return [
-        Config(name, d, budget, confident if not budget else 0.0)
+        Config(name, d, budget, confident if not budget else 0.0, tuple(combo.items()))
         for name in drafters
         for d in draft_lens
+        for combo in option_grid(name, option_values or {})
         for budget in (tree_budgets if name in TREE_DRAFTERS else [0])
         for confident in ((min_confidences or [0.0]) if not budget else [0.0])
     ]
@@ -125,12 +137,14 @@ def speed_benchmark(
     tree_budgets: tuple[int, ...] = (0,),
     tree_topk: int = 4,
     min_confidences: tuple[float, ...] = (0.0,),
+    option_values: Mapping[str, list] | None = None,
 ) -> dict:
-    """The report (see `_report`). With tree budgets the target's passes are checked for trees first."""
+    """The report (see `_report`). With tree budgets the target's passes are checked for trees first;
+    `option_values` (checked: lab/sweep.py's check_option_values) are swept as in `bench sweep`."""
     runner = Runner(target)
     if any(tree_budgets):
         runner.engine.passes.check_tree()
-    configs = configs_of(drafters, draft_lens, list(tree_budgets), list(min_confidences))
+    configs = configs_of(drafters, draft_lens, list(tree_budgets), list(min_confidences), option_values)
     settings = {
         config.label: GenerationSettings(
             max_new_tokens=max_new_tokens,
@@ -142,7 +156,10 @@ def speed_benchmark(
         for config in configs
     }
     plain_settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=0)
-    built = {config.label: build_drafter(config.drafter, target, options) for config in configs}
+    built = {
+        config.label: build_drafter(config.drafter, target, dataclasses.replace(options, **dict(config.options)))
+        for config in configs
+    }
     hf_lens = [d for d in draft_lens if d != "auto"]
     runner.run(["Warm up."], None, GenerationSettings(max_new_tokens=8, draft_len=0))
     shuffle = random.Random(seed)
@@ -245,6 +262,8 @@ def _report(
                     "drafter": config.drafter,
                     "draft_len": config.draft_len,
                     "tree_budget": config.tree_budget,
+                    "min_confidence": config.min_confidence,
+                    "options": dict(config.options),
                     "category": category,
                     **row,
                     "lossless": lossless,

@@ -13,10 +13,15 @@ def variant_label(temperature: float, combo: Mapping, tree_budget: int = 0, min_
     """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2, tree=16, conf=0.2' (a weights
     folder by its name); None for greedy chains with the drafter's default options and no confidence stop."""
     parts = [f"T={temperature:g}"] if temperature else []
-    parts += [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
+    parts += option_parts(combo)
     parts += [f"tree={tree_budget}"] if tree_budget else []
     parts += [f"conf={min_confidence:g}"] if min_confidence else []
     return ", ".join(parts) or None
+
+
+def option_parts(combo: Mapping) -> list[str]:
+    """Swept drafter option values as 'name=value' each, a weights folder by its name ('drafter_path=run2')."""
+    return [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
 
 
 def drafter_label(drafter: str, variant: str | None) -> str:

@@ -20,6 +20,7 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from backend.core.batch import BatchEngine, RowResult
 from backend.core.engine import GenerationSettings, SpeculativeEngine
@@ -208,6 +209,13 @@ def check_option_values(drafters: Sequence[str], option_values: Mapping[str, Seq
             checked[key] = [infos[key].parse(str(value)) for value in values]  # 2.0 is no int
         except ValueError as error:
             raise SpecScopeError(str(error)) from error
+    folders = [Path(str(path)).name for path in checked.get("drafter_path", [])]
+    shared = sorted({name for name in folders if folders.count(name) > 1})
+    if shared:
+        raise SpecScopeError(
+            f"two drafter_path folders are both named '{shared[0]}', the name that labels their results: "
+            "give one of them another folder name"
+        )
     return checked
 
 

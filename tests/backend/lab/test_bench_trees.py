@@ -1,5 +1,6 @@
-"""`bench speed --tree-budgets`: tree configurations measured beside the chains they extend, under
-their own `drafter@D/tree=N` labels, lossless, on the passes that score trees."""
+"""`bench speed`'s configurations beside the plain chains, each under its own label and lossless: tree budgets
+(`drafter@D/tree=N`, on the passes that score trees), confidence stops (`/conf=C`) and swept drafter option
+values (`/ngram_max=3`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 
 import pytest
 
+import backend.lab.bench
 from backend.cli.arg_types import confidences, tree_budgets
 from backend.cli.speed_table import format_speed_table
 from backend.core.errors import SpecScopeError
@@ -88,3 +90,30 @@ def test_confidence_stops_are_measured_beside_plain_chains_losslessly(tiny):
     summary = report["summary"]
     assert {"suffix@4", "suffix@4/conf=0.5", "hf-assisted@4", "plain@0"} == set(summary)
     assert summary["suffix@4/conf=0.5"]["lossless"] == "2/2" and summary["suffix@4"]["lossless"] == "2/2"
+
+
+def test_swept_option_values_are_configurations_of_the_drafters_that_have_them(tiny, monkeypatch):
+    """`bench speed --option ngram_max=2,3`: ngram at each value (built with it), suffix once; a weights folder
+    is named by its folder."""
+    configs = configs_of(["ngram", "suffix"], [4], [0], None, {"ngram_max": [2, 3]})
+    assert [config.label for config in configs] == ["ngram@4/ngram_max=2", "ngram@4/ngram_max=3", "suffix@4"]
+    assert (
+        Config("eagle3", 4, options=(("drafter_path", "/runs/eagle3-r2"),)).label == "eagle3@4/drafter_path=eagle3-r2"
+    )
+    built: list[tuple[str, DrafterOptions]] = []
+    real_build = backend.lab.bench.build_drafter
+
+    def spy(name, target, options):
+        built.append((name, options))
+        return real_build(name, target, options)
+
+    monkeypatch.setattr(backend.lab.bench, "build_drafter", spy)
+    report = speed_benchmark(
+        tiny, QUESTIONS, ["ngram", "suffix"], [4], 24, DrafterOptions(), option_values={"ngram_max": [2, 3]}
+    )
+    assert [(name, options.ngram_max) for name, options in built] == [("ngram", 2), ("ngram", 3), ("suffix", 4)]
+    summary = report["summary"]
+    assert {"ngram@4/ngram_max=2", "ngram@4/ngram_max=3", "suffix@4"} <= set(summary)
+    assert all(summary[label]["lossless"] == "2/2" for label in ("ngram@4/ngram_max=2", "ngram@4/ngram_max=3"))
+    rows = [row for row in report["results"] if row["config"] == "ngram@4/ngram_max=3"]
+    assert rows and all(row["options"] == {"ngram_max": 3} for row in rows)

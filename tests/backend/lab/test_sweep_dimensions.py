@@ -85,6 +85,13 @@ def test_option_values_are_checked_against_the_registry():
         check_option_values(["ngram"], {"ngram_max": ["99"]})
     with pytest.raises(SpecScopeError, match="must be an int"):
         check_option_values(["ngram"], {"ngram_max": ["two"]})
+    folders = {"drafter_path": ["data/drafters/eagle3-smollm2", "runs/eagle3-smollm2"]}
+    with pytest.raises(SpecScopeError, match="both named 'eagle3-smollm2', the name that labels their results"):
+        check_option_values(["eagle3"], folders)  # their labels would merge
+    assert check_option_values(["eagle3"], {"drafter_path": ["a/eagle3-r1", "a/eagle3-r2"]})["drafter_path"] == [
+        "a/eagle3-r1",
+        "a/eagle3-r2",
+    ]
 
 
 def test_grid_and_labels():
