@@ -21,6 +21,7 @@ QUICK = {
     "sw_categories": ["code_editing", "summarization", "qa", "rag"],
     "sw_per_category": 1,
     "sw_max_new": 64,
+    "sw_stops": [0.0],
 }
 SMALLEST = {  # a first look at the page: plain decoding and one drafter on two prompts
     **QUICK,
@@ -35,7 +36,8 @@ SIZES = [1, 2, 4, 8, 16, 32]
 worker = connection.client()
 st.title("Sweep")
 st.caption(
-    "Measures every drafter × D × batch size (× temperature × option value) on prompts of the suite, with "
+    "Measures every drafter × D × batch size (× temperature × option value × confidence stop) on prompts of "
+    "the suite, with "
     "plain decoding (D = 0) as the baseline at each batch size and temperature, and stores the points for "
     "the Pareto, Acceptance and Co-design pages. It runs in the worker: leaving this page does not stop it."
 )
@@ -84,6 +86,13 @@ with right:
     chosen_categories = st.multiselect("Prompt categories", categories, key="sw_categories")
     per_category = int(st.number_input("Prompts per category", 1, 10, key="sw_per_category"))
     max_new = int(st.number_input("Max new tokens", 1, 2048, key="sw_max_new"))
+    stops = st.multiselect(
+        "Confidence stops (0 = none)",
+        forms.CONFIDENCE_STOPS,
+        key="sw_stops",
+        help="Each drafter is also measured with its chains cut before the first draft whose running product of "
+        "the drafter's probabilities falls below each value (0 keeps the plain chains).",
+    )
     options: dict[str, list] = {}
     option_infos = {option["name"]: option for d in offered if d["name"] in drafters for option in d.get("options", [])}
     with st.expander(f"Drafter options to sweep ({len(option_infos)})"):
@@ -104,7 +113,7 @@ def variants(drafter: dict) -> int:
 
 nonzero = [d for d in lens if d != 0]
 swept = sum(variants(d) for d in offered if d["name"] in drafters)
-configs = len(temperatures) * len(sizes) * (1 + swept * len(nonzero))
+configs = len(temperatures) * len(sizes) * (1 + swept * len(nonzero) * len(stops))
 prompts = [q for c in chosen_categories for q in [q for q in questions if q["category"] == c][:per_category]]
 st.caption(f"{configs} configurations × {len(prompts)} prompts = {configs * len(prompts)} decoded rows.")
 
@@ -117,7 +126,7 @@ if job_id:
         st.session_state.pop("sw_job")  # the worker restarted: the job is gone
         job = None
 running = job is not None and job["status"] in ("queued", "running")
-ready = drafters and nonzero and sizes and temperatures and prompts
+ready = drafters and nonzero and sizes and temperatures and stops and prompts
 if st.button("Start sweep", type="primary", disabled=running or not ready, key="sw_start"):
     body = {
         "target": target,
@@ -127,6 +136,7 @@ if st.button("Start sweep", type="primary", disabled=running or not ready, key="
         "batch_sizes": sizes,
         "temperatures": temperatures,
         "options": options,
+        "min_confidences": stops,
         "max_new_tokens": max_new,
         "settings": {"source": "dashboard", "categories": chosen_categories, "per_category": per_category},
     }
@@ -136,7 +146,10 @@ if st.button("Start sweep", type="primary", disabled=running or not ready, key="
     except WorkerError as error:
         st.error(str(error))
 if not ready and not running:
-    st.caption("Pick at least one drafter, one D above 0, one batch size, one temperature and one category.")
+    st.caption(
+        "Pick at least one drafter, one D above 0, one batch size, one temperature, one confidence stop "
+        "and one category."
+    )
 
 
 def duration(seconds: float | None) -> str:
