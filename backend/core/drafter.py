@@ -105,6 +105,8 @@ def confident_length(confidence: list[float], threshold: float) -> int:
     calibrated probabilities, the chance that the target accepts every one of them. Stopping there only
     shortens a draft, so it keeps verification exact (as Hugging Face's `assistant_confidence_threshold`,
     which tests each token's own probability, and DSpark's confidence head, which tests a learned product)."""
+    if threshold <= 0:
+        return len(confidence)  # no stop: every step asks, so answer without the loop
     survival = 1.0
     for kept, probability in enumerate(confidence):
         survival *= probability

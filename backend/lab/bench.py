@@ -33,7 +33,7 @@ from backend.core.models import LoadedModel
 from backend.core.target_passes import single_sequence_graphs
 from backend.drafters import TREE_DRAFTERS, DrafterOptions, build_drafter
 from backend.lab.analysis import bootstrap_al_ci
-from backend.lab.labels import option_parts
+from backend.lab.labels import variant_parts
 from backend.lab.prompts import Question
 from backend.lab.runner import Runner, RunResult
 from backend.lab.sweep import option_grid
@@ -99,10 +99,8 @@ class Config:
     def label(self) -> str:
         """`name@D`, then `/ngram_max=3` per swept option (a weights folder by its name), `/tree=N` for a tree
         budget, `/conf=C` for a confidence stop."""
-        swept = "".join(f"/{part}" for part in option_parts(dict(self.options)))
-        tree = f"/tree={self.tree_budget}" if self.tree_budget else ""
-        confident = f"/conf={self.min_confidence:g}" if self.min_confidence else ""
-        return f"{self.drafter}@{self.draft_len}{swept}{tree}{confident}"
+        parts = variant_parts(0.0, dict(self.options), self.tree_budget, self.min_confidence)
+        return f"{self.drafter}@{self.draft_len}" + "".join(f"/{part}" for part in parts)
 
 
 def configs_of(
@@ -116,7 +114,7 @@ def configs_of(
     option_grid) and confidence stop, and a drafter that builds trees at every tree budget too (a confidence
     stop cuts chains only), in that order."""
     return [
-        Config(name, d, budget, confident if not budget else 0.0, tuple(combo.items()))
+        Config(name, d, budget, confident, tuple(combo.items()))
         for name in drafters
         for d in draft_lens
         for combo in option_grid(name, option_values or {})

@@ -12,16 +12,17 @@ from pathlib import Path
 def variant_label(temperature: float, combo: Mapping, tree_budget: int = 0, min_confidence: float = 0.0) -> str | None:
     """What a configuration varies besides drafter, D and B: 'T=0.7, ngram_max=2, tree=16, conf=0.2' (a weights
     folder by its name); None for greedy chains with the drafter's default options and no confidence stop."""
+    return ", ".join(variant_parts(temperature, combo, tree_budget, min_confidence)) or None
+
+
+def variant_parts(temperature: float, combo: Mapping, tree_budget: int = 0, min_confidence: float = 0.0) -> list[str]:
+    """The pieces of a variant, in order: 'T=0.7', each swept option as 'name=value' (a weights folder by its
+    name), 'tree=16', 'conf=0.2'; each only where it differs from a greedy plain chain."""
     parts = [f"T={temperature:g}"] if temperature else []
-    parts += option_parts(combo)
+    parts += [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
     parts += [f"tree={tree_budget}"] if tree_budget else []
     parts += [f"conf={min_confidence:g}"] if min_confidence else []
-    return ", ".join(parts) or None
-
-
-def option_parts(combo: Mapping) -> list[str]:
-    """Swept drafter option values as 'name=value' each, a weights folder by its name ('drafter_path=run2')."""
-    return [f"{key}={Path(str(value)).name if key == 'drafter_path' else value}" for key, value in combo.items()]
+    return parts
 
 
 def drafter_label(drafter: str, variant: str | None) -> str:
