@@ -37,6 +37,13 @@ def add_train_parser(commands) -> None:
         help="stop distilling each split after this long, the teacher's sources together (the cache resumes; "
         "0: train on what is cached)",
     )
+    trainer.add_argument(
+        "--distil-seed",
+        type=int,
+        default=0,
+        help="which instructions are distilled first; another seed starts on instructions an earlier cache of the "
+        "corpus (e.g. the one shipped weights were trained on) did not begin with",
+    )
     trainer.add_argument("--distil-batch", type=int, default=8, help="answers generated together while distilling")
     trainer.add_argument(
         "--teacher",

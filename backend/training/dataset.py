@@ -78,11 +78,14 @@ def distil(
     cache_root: Path | None = None,
     progress: Callable[[int, int], None] = lambda done, total: None,
     minutes: float | None = None,
+    order_seed: int = 0,
 ) -> DistilledData:
     """Generate (or resume) the target's answers to the `split` instructions (or read their references) and cache
     their hidden states, until every instruction is done, `token_budget` sequence tokens are cached for this split,
     or `minutes` have passed (checked between shards; 0: only what is cached). A shard holds
-    max(SHARD_SEQUENCES, batch_size) sequences."""
+    max(SHARD_SEQUENCES, batch_size) sequences. The instructions not yet cached are taken in an order fixed by the
+    corpus and `order_seed`: another seed starts on other instructions than an earlier cache of the same corpus
+    (say, on another machine) began with, so a fresh cache short of the corpus holds mostly new ones."""
     deadline = time.monotonic() + 60 * minutes if minutes is not None else float("inf")
     layers = tuple(sorted(set(layers)))
     corpus = hashlib.sha256(
@@ -100,7 +103,8 @@ def distil(
     manifest = _manifest(folder)
     done = set(manifest["done"].get(split, []))
     todo = [i for i in instructions if i.split == split and i.instruction_id not in done]
-    random.Random(corpus).shuffle(todo)  # a budget short of the whole corpus still samples all of it
+    # a budget short of the whole corpus still samples all of it
+    random.Random(corpus if order_seed == 0 else f"{corpus}/{order_seed}").shuffle(todo)
     tokens = manifest["tokens"].get(split, 0)
     budget = token_budget or float("inf")
     shard = len(list(folder.glob(f"{split}-shard-*.safetensors")))

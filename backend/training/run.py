@@ -200,6 +200,7 @@ def _distil_teacher(
                 token_budget=budget,
                 progress=progress or (lambda done, total: None),
                 minutes=minutes,
+                order_seed=args.distil_seed,
             )
         )
     return sum(caches[1:], caches[0])

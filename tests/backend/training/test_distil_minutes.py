@@ -22,7 +22,7 @@ def distilled_minutes(monkeypatch, distil_minutes: float | None, spends: list[fl
 
     monkeypatch.setattr(run, "distil", fake_distil)
     monkeypatch.setattr(run.time, "monotonic", lambda: clock[0])
-    args = argparse.Namespace(distil_minutes=distil_minutes, answer_tokens=64, distil_batch=8)
+    args = argparse.Namespace(distil_minutes=distil_minutes, answer_tokens=64, distil_batch=8, distil_seed=0)
     data = run._distil_teacher(None, args, [["instructions"], ["readings"]], (1, 2), "train", 1000)
     assert data.folders == (Path("/cache/1"), Path("/cache/2")) and data.split == "train"
     return given

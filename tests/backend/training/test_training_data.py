@@ -60,6 +60,28 @@ def test_distillation_resumes_and_respects_the_budget(tiny, tmp_path):
     assert done.shards() == again.shards()  # nothing left to do
 
 
+def shard_sequences(shard_path) -> set[tuple[int, ...]]:
+    """The token sequences (prompt + answer) one cached shard holds."""
+    shard = load_file(str(shard_path))
+    starts = shard["starts"].tolist()
+    return {tuple(shard["input_ids"][a:b].tolist()) for a, b in zip(starts[:-1], starts[1:], strict=True)}
+
+
+def test_another_order_seed_starts_on_other_instructions_and_resumes_without_repeats(tiny, tmp_path):
+    instructions = tiny_instructions(40)  # distinct texts, more than one shard
+    shard = dict(max_new_tokens=4, token_budget=10)
+    default = distil(tiny, instructions, LAYERS, "train", cache_root=tmp_path / "a", **shard)
+    again = distil(tiny, instructions, LAYERS, "train", cache_root=tmp_path / "b", order_seed=0, **shard)
+    other = distil(tiny, instructions, LAYERS, "train", cache_root=tmp_path / "c", order_seed=1, **shard)
+    assert shard_sequences(default.shards()[0]) == shard_sequences(again.shards()[0])  # seed 0: the cache's order
+    assert shard_sequences(other.shards()[0]) != shard_sequences(default.shards()[0])
+    # resumed under another seed, a cache still distils each instruction once
+    done = distil(tiny, instructions, LAYERS, "train", max_new_tokens=4, cache_root=tmp_path / "c", order_seed=2)
+    train = sum(i.split == "train" for i in instructions)
+    assert sum(len(load_file(str(s))["starts"]) - 1 for s in done.shards()) == train
+    assert len(set().union(*map(shard_sequences, done.shards()))) == train
+
+
 def test_batches_are_windows_with_masks_and_hidden_states(tiny, tmp_path):
     data = distil(tiny, tiny_instructions(), LAYERS, "train", max_new_tokens=10, cache_root=tmp_path)
     batch = next(batches(data, window=8, rows=3, device=torch.device("cpu"), dtype=torch.float32))
