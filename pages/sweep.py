@@ -1,8 +1,8 @@
 """Sweep: measure the Pareto / Acceptance / Co-design grid from the browser. A form picks drafters, D
-values, batch sizes, temperatures, drafter option values, prompt categories, prompts per category and
-max new tokens (a quick preset fills it with a grid of about three minutes on a laptop CPU); the
-worker runs the sweep as a job that outlives this page, which polls it for a progress bar with ETA
-and can cancel it. The command line's `bench sweep` runs the same grid."""
+values, batch sizes, temperatures, drafter option values, confidence stops, token-tree budgets, prompt
+categories, prompts per category and max new tokens (a quick preset fills it with a grid of about three
+minutes on a laptop CPU); the worker runs the sweep as a job that outlives this page, which polls it for
+a progress bar with ETA and can cancel it. The command line's `bench sweep` runs the same grid."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ QUICK = {
     "sw_per_category": 1,
     "sw_max_new": 64,
     "sw_stops": [0.0],
+    "sw_trees": [0],
+    "sw_tree_topk": 4,
 }
 SMALLEST = {  # a first look at the page: plain decoding and one drafter on two prompts
     **QUICK,
@@ -36,7 +38,8 @@ SIZES = [1, 2, 4, 8, 16, 32]
 worker = connection.client()
 st.title("Sweep")
 st.caption(
-    "Measures every drafter × D × batch size (× temperature × option value × confidence stop) on prompts of "
+    "Measures every drafter × D × batch size (× temperature × option value × confidence stop × tree budget) on "
+    "prompts of "
     "the suite, with "
     "plain decoding (D = 0) as the baseline at each batch size and temperature, and stores the points for "
     "the Pareto, Acceptance and Co-design pages. It runs in the worker: leaving this page does not stop it."
@@ -93,6 +96,17 @@ with right:
         help="Each drafter is also measured with its chains cut before the first draft whose running product of "
         "the drafter's probabilities falls below each value (0 keeps the plain chains).",
     )
+    tree_drafters = [d["name"] for d in offered if d.get("trees")]
+    budget_column, topk_column = st.columns(2)
+    budgets = budget_column.multiselect(
+        "Tree budgets (0 = chains)",
+        forms.TREE_BUDGETS,
+        key="sw_trees",
+        help="Drafters that build token trees are also measured drafting a tree of each budget (drafts verified "
+        f"per step; D caps its depth): {', '.join(tree_drafters) or 'none offered'}. The others draft chains. "
+        "Confidence stops apply to chains only.",
+    )
+    tree_topk = topk_column.select_slider("Children per tree node", forms.TREE_TOPKS, key="sw_tree_topk")
     options: dict[str, list] = {}
     option_infos = {option["name"]: option for d in offered if d["name"] in drafters for option in d.get("options", [])}
     with st.expander(f"Drafter options to sweep ({len(option_infos)})"):
@@ -105,15 +119,18 @@ with right:
                 options[name] = values
 
 
-def variants(drafter: dict) -> int:
-    """How many option combinations `drafter` is swept over."""
+def shapes(drafter: dict) -> int:
+    """How many configurations `drafter` is swept over at each D: its option combinations, each drafting chains
+    at every confidence stop (where budget 0 is swept or it builds no trees) and a tree at every other budget."""
     names = {option["name"] for option in drafter.get("options", [])}
-    return math.prod(len(values) for name, values in options.items() if name in names)
+    combinations = math.prod(len(values) for name, values in options.items() if name in names)
+    draft_shapes = sum(len(stops) if budget == 0 else 1 for budget in budgets) if drafter.get("trees") else len(stops)
+    return combinations * draft_shapes
 
 
 nonzero = [d for d in lens if d != 0]
-swept = sum(variants(d) for d in offered if d["name"] in drafters)
-configs = len(temperatures) * len(sizes) * (1 + swept * len(nonzero) * len(stops))
+swept = sum(shapes(d) for d in offered if d["name"] in drafters)
+configs = len(temperatures) * len(sizes) * (1 + swept * len(nonzero))
 prompts = [q for c in chosen_categories for q in [q for q in questions if q["category"] == c][:per_category]]
 st.caption(f"{configs} configurations × {len(prompts)} prompts = {configs * len(prompts)} decoded rows.")
 
@@ -126,7 +143,7 @@ if job_id:
         st.session_state.pop("sw_job")  # the worker restarted: the job is gone
         job = None
 running = job is not None and job["status"] in ("queued", "running")
-ready = drafters and nonzero and sizes and temperatures and stops and prompts
+ready = drafters and nonzero and sizes and temperatures and stops and budgets and prompts
 if st.button("Start sweep", type="primary", disabled=running or not ready, key="sw_start"):
     body = {
         "target": target,
@@ -137,6 +154,8 @@ if st.button("Start sweep", type="primary", disabled=running or not ready, key="
         "temperatures": temperatures,
         "options": options,
         "min_confidences": stops,
+        "tree_budgets": budgets,
+        "tree_topk": tree_topk,
         "max_new_tokens": max_new,
         "settings": {"source": "dashboard", "categories": chosen_categories, "per_category": per_category},
     }
@@ -147,8 +166,8 @@ if st.button("Start sweep", type="primary", disabled=running or not ready, key="
         st.error(str(error))
 if not ready and not running:
     st.caption(
-        "Pick at least one drafter, one D above 0, one batch size, one temperature, one confidence stop "
-        "and one category."
+        "Pick at least one drafter, one D above 0, one batch size, one temperature, one confidence stop, "
+        "one tree budget and one category."
     )
 
 

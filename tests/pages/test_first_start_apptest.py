@@ -92,6 +92,18 @@ def test_the_sweep_page_runs_a_sweep_in_the_worker(env):
     assert {(p["drafter"], p["draft_len"]) for p in points if p["category"] == "all"} == {("none", "0"), ("ngram", "2")}
 
 
+def swept_variants(at: AppTest, env) -> set[tuple[str, str | None]]:
+    """Start the sweep the page's form holds, wait for it, and return its (drafter, variant) configurations."""
+    at.button(key="sw_start").click().run()
+    assert not at.exception
+    client = WorkerClient(env.url)
+    job_id, deadline = at.session_state["sw_job"], time.time() + 120
+    while client.sweep_job(job_id)["status"] in ("queued", "running") and time.time() < deadline:
+        time.sleep(0.2)
+    points = client.sweep_points(sweep_id=client.sweep_job(job_id)["sweep_id"])
+    return {(p["drafter"], p["variant"]) for p in points if p["category"] == "all" and p["split"] == "all"}
+
+
 def test_the_sweep_page_sweeps_confidence_stops(env):
     at = page("pages/sweep.py").run()
     assert at.multiselect(key="sw_stops").value == [0.0]  # the plain chains by default
@@ -103,15 +115,26 @@ def test_the_sweep_page_sweeps_confidence_stops(env):
     at.number_input(key="sw_max_new").set_value(16)
     at.run()
     assert "3 configurations × 1 prompts = 3 decoded rows" in " ".join(c.value for c in at.caption)
-    at.button(key="sw_start").click().run()
-    assert not at.exception
-    client = WorkerClient(env.url)
-    job_id, deadline = at.session_state["sw_job"], time.time() + 120
-    while client.sweep_job(job_id)["status"] in ("queued", "running") and time.time() < deadline:
-        time.sleep(0.2)
-    points = client.sweep_points(sweep_id=client.sweep_job(job_id)["sweep_id"])
-    overall = {(p["drafter"], p["variant"]) for p in points if p["category"] == "all" and p["split"] == "all"}
+    overall = swept_variants(at, env)
     assert overall == {("none", None), ("suffix", None), ("suffix", "conf=0.3")}
+
+
+def test_the_sweep_page_sweeps_tree_budgets_for_drafters_that_build_trees(env):
+    at = page("pages/sweep.py").run()
+    assert at.multiselect(key="sw_trees").value == [0]  # chains by default
+    at.multiselect(key="sw_drafters").set_value(["suffix"])
+    at.multiselect(key="sw_lens").set_value([4])
+    at.multiselect(key="sw_sizes").set_value([1])
+    at.multiselect(key="sw_categories").set_value(["code_editing"])
+    at.multiselect(key="sw_stops").set_value([0.0, 0.3])
+    at.multiselect(key="sw_trees").set_value([0, 8])
+    at.select_slider(key="sw_tree_topk").set_value(2)
+    at.number_input(key="sw_max_new").set_value(16)
+    at.run()
+    # plain, then suffix's chains at each stop and its tree of 8 (a tree takes no stop)
+    assert "4 configurations × 1 prompts = 4 decoded rows" in " ".join(c.value for c in at.caption)
+    overall = swept_variants(at, env)
+    assert overall == {("none", None), ("suffix", None), ("suffix", "conf=0.3"), ("suffix", "tree=8")}
 
 
 def test_the_sweep_page_refuses_bad_values_with_a_message(env):
