@@ -13,9 +13,11 @@ acceptance rate of a first draft token and r that of each later one given the pr
 (a geometric model of acceptance, as in Leviathan et al. §3). p1 is kept per "evidence" label the
 drafter attaches to a draft (e.g. how many tokens of context its match covered), so weak matches
 stop costing time while strong ones are verified in full. All estimates are decayed counts, so the
-policy follows the text as it moves between copying and free writing. A costly drafter may stop before
-its first token (DSpark's confidence head): that step paid for drafting, so its time counts as the
-time of asking for k drafts, not of a plain step, and it counts as a first draft that was not accepted.
+policy follows the text as it moves between copying and free writing. A costly drafter's step is
+scored by what it was asked for, since asking is the decision: a drafter may stop sooner (DSpark's
+confidence head, a confidence stop on a chain), and such a step's time is the time of asking for k
+drafts (not of a plain step, nor of a shorter draft), and the drafts it did not return count as rejected.
+t(k) and the acceptance rates are then both averages over what asking for k gives.
 
 This matters most on a CPU, where verifying 2 tokens already costs far more than verifying 1. A free
 drafter (table lookup) proposes every step, verified or not, and its unverified first token is scored
@@ -128,23 +130,21 @@ class AdaptiveDraftLength:
         return best_k
 
     def observe(self, step: StepObservation) -> None:
-        verified, accepted, evidence = step.verified, step.accepted, step.evidence
-        if step.asked and not verified:  # paid for drafting, stopped before its first token: an ask that failed
-            self._time(step.asked, step.seconds)
-            self._first_rate(evidence).add(0, 1)
-            self.plain_steps_in_a_row = 0
-            return
-        self._time(verified, step.seconds)
+        accepted, evidence = step.accepted, step.evidence
+        tried = max(step.asked, step.verified)  # a costly drafter's ask, however much of it came back
+        self._time(tried, step.seconds)
         if step.first_matched is not None:
             self._first_rate(evidence).add(int(step.first_matched), 1)
-        if verified == 0:
+        elif step.asked:  # paid for drafting, stopped before its first token: a first draft not accepted
+            self._first_rate(evidence).add(0, 1)
+        if tried == 0:
             self.plain_steps_in_a_row += 1
             return
         self.plain_steps_in_a_row = 0
-        if accepted >= 1:  # positions 2..verified, each tried only if the one before it was accepted
-            rejected = accepted < verified
+        if accepted >= 1:  # positions 2..tried, each tried only if the one before it was accepted
+            rejected = accepted < tried  # a draft that was not returned is one not accepted
             self.later.add(accepted - 1, accepted - 1 + int(rejected))
-        if accepted == verified:
+        if accepted == tried:
             self.cap = min(self.d_max, 2 * self.cap)
         else:
             self.cap = max(2, accepted + 1)

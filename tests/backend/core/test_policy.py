@@ -90,6 +90,28 @@ def test_auto_keeps_a_costly_drafters_early_stops_out_of_the_plain_step_time():
     assert policy.choose(1, None) == 1  # and drafting would look worth it
 
 
+def test_auto_scores_a_costly_drafters_stop_cut_asks_as_asks():
+    """Asked for 4 drafts, a chain with a confidence stop returns none half the time (one draft step, 0.06 s)
+    and one accepted draft the other half (0.10 s): asking gives 1.5 tokens per 0.08 s, less than plain
+    decoding's 1 per 0.05 s. Timing only the empty asks as t(4) and the others as t(1) made asking look
+    like ~1.9 tokens per 0.06 s."""
+    policy = AdaptiveDraftLength(free_drafter=False, probe_every=100)
+    policy.observe(StepObservation(0, 0, 0.05, None, None))
+    for _ in range(20):
+        policy.observe(StepObservation(0, 0, 0.06, None, None, asked=4))
+        policy.observe(StepObservation(1, 1, 0.10, None, True, asked=4))
+    assert sorted(policy.step_seconds) == [0, 4]
+    assert policy.step_seconds[4] == pytest.approx(0.08, abs=0.01)
+    assert policy.first[None].value == pytest.approx(0.5, abs=0.1)
+    assert policy.later.value < 0.1  # the three drafts after an accepted one were never returned
+    assert policy.cap == 2  # a cut-short ask is no full acceptance: the cap does not grow
+    assert policy.choose(4, None) == 1  # one draft, read off the line at 0.0575 s, might pay: try it
+    for _ in range(20):  # asked for one, the same outcomes at the same cost
+        policy.observe(StepObservation(0, 0, 0.06, None, None, asked=1))
+        policy.observe(StepObservation(1, 1, 0.10, None, True, asked=1))
+    assert policy.choose(4, None) == 0
+
+
 def test_auto_tries_one_draft_where_it_pays_though_only_longer_drafts_were_timed():
     """On a CPU a step's time grows with the drafts it verifies: with t(0) = 20 ms and t(4) = 36 ms timed,
     one draft (about 24 ms) accepted 40% of the time beats plain decoding, while four do not."""
