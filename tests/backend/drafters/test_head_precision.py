@@ -51,6 +51,16 @@ def test_beyond_float16_range_it_multiplies_in_the_activation_dtype():
     assert torch.allclose(out, x @ stored.weight.float().T)
 
 
+def test_a_product_beyond_float16_range_from_inputs_within_it_is_multiplied_in_the_activation_dtype():
+    linear = nn.Linear(8, 3, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0] * 8, [-1.0] * 8, [0.0] * 8]))  # outputs +8x, -8x and 0
+    stored = StoredLinear.holding(linear, torch.float16)
+    x = torch.full((1, 8), 30000.0)  # within float16, but +-240000 is not: +inf and -inf in one output row
+    assert torch.isinf(linear(x.half().float()).half()).sum() == 2  # what a float16 result would hold
+    assert torch.equal(stored(x), torch.tensor([[240000.0, -240000.0, 0.0]]))
+
+
 def test_auto_is_float16_for_a_float32_target_on_the_cpu_and_a_wrong_choice_is_refused(tiny):
     assert head_dtype("auto", tiny) == torch.float16  # the tiny target: fp32 on the CPU
     assert head_dtype("float32", tiny) == torch.float32 and head_dtype("bfloat16", tiny) == torch.bfloat16
