@@ -20,6 +20,8 @@ from tests.helpers.sampling import REGISTRY_SAMPLES, SIGNIFICANCE, exact_joint, 
 PROMPT = [1, 5, 9, 14, 3, 7]
 PROMPTS = [PROMPT, [2, 4, 6, 8], [11, 3, 3, 5, 17, 19, 2]]
 CHAIN_DRAFTERS = ["eagle3", "mtp", "draft-model", "layerskip"]
+UNSCORED = ["ngram"]  # drafters that give no probabilities: a stop has nothing to test
+SCORED = [name for name in EVERY_DRAFTER if name not in UNSCORED]
 
 
 def test_the_stop_is_the_running_product_of_the_draft_probabilities():
@@ -47,11 +49,10 @@ def _threshold(target, drafter, draft_len, prompt: list[int] = PROMPT) -> float:
     """The median first-draft probability of this drafter on `prompt`: a stop that cuts some steps, not all."""
     engine = SpeculativeEngine(target.model, set(), 64)
     steps = engine.generate(prompt, drafter, GenerationSettings(40, draft_len=draft_len)).run().steps
-    firsts = [step.draft_probs[0] for step in steps if step.draft_probs]
-    return statistics.median(firsts) if firsts else 0.5
+    return statistics.median([step.draft_probs[0] for step in steps if step.draft_probs])
 
 
-@pytest.mark.parametrize("name", EVERY_DRAFTER)
+@pytest.mark.parametrize("name", SCORED)
 @pytest.mark.parametrize("draft_len", [3, "auto"])
 def test_greedy_output_equals_target_greedy_with_a_confidence_stop(tiny, tiny_other, name, draft_len):
     drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
@@ -60,9 +61,23 @@ def test_greedy_output_equals_target_greedy_with_a_confidence_stop(tiny, tiny_ot
     settings = GenerationSettings(40, draft_len=draft_len, min_confidence=stop)
     result = engine.generate(PROMPT, drafter, settings).run()
     assert result.output_ids == engine.generate(PROMPT, None, GenerationSettings(40, draft_len=0)).run().output_ids
-    for step in result.steps:  # every verified chain passed the stop
-        if step.draft_probs is not None and step.parents is None:
-            assert confident_length(step.draft_probs, stop) == len(step.drafted)
+    chains = [step for step in result.steps if step.drafted]
+    assert chains, "no chain was verified"
+    for step in chains:  # every verified chain carries its probabilities and passed the stop
+        assert step.draft_probs is not None and confident_length(step.draft_probs, stop) == len(step.drafted)
+
+
+@pytest.mark.parametrize("name", UNSCORED)
+@pytest.mark.parametrize("draft_len", [3, "auto"])
+def test_a_drafter_without_probabilities_is_never_cut_by_a_confidence_stop(tiny, tiny_other, name, draft_len):
+    """Its chains carry no probabilities, so even a stop that would cut almost any scored chain leaves them
+    whole, and decoding stays lossless."""
+    engine = SpeculativeEngine(tiny.model, tiny.eos_token_ids, tiny.facts.max_context)
+    settings = GenerationSettings(40, draft_len=draft_len, min_confidence=0.99)
+    result = engine.generate(PROMPT, registered_drafter(name, tiny, tiny_other), settings).run()
+    assert result.output_ids == engine.generate(PROMPT, None, GenerationSettings(40, draft_len=0)).run().output_ids
+    assert any(step.drafted for step in result.steps), "no chain was verified"
+    assert all(step.draft_probs is None and step.stop_reason != "low-confidence" for step in result.steps)
 
 
 @pytest.mark.parametrize("name", CHAIN_DRAFTERS)

@@ -82,7 +82,7 @@ def test_greedy_tree_verify_equals_a_host_walk_on_random_trees(seed):
     verdict = greedy_tree_verify(logits, torch.tensor(tokens), TreeLayout.of(parents, torch.device("cpu")))
     assert (verdict.accepted, verdict.token) == host_greedy_walk(best, tokens, parents)
     path = list(verdict.path)
-    assert path == path_to(parents, path[-1] if path else -1)
+    assert len(path) == verdict.accepted and path == path_to(parents, path[-1] if path else -1)
     assert all(tokens[node] == best[parents[node] + 1] for node in path)
 
 

@@ -14,7 +14,7 @@ from backend.core.drafter import Draft, DrafterCost, DraftRequest, StepOutcome
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
 from backend.core.target_passes import EagerPasses
-from backend.core.tree_shape import children
+from backend.core.tree_shape import children, depths
 from backend.core.verify import SamplingParams
 from backend.drafters import build_drafter
 from tests.helpers.scripted import PROMPT
@@ -30,19 +30,37 @@ def run(model, drafter, prompt, max_new_tokens=60, **settings):
 
 
 @pytest.mark.parametrize("prompt", [BRANCHING * 2, PROMPT], ids=["branching", "repeats"])
-@pytest.mark.parametrize(("budget", "topk", "draft_len"), [(4, 2, 3), (8, 4, 4), (16, 4, 8), (16, 2, "auto")])
+@pytest.mark.parametrize(("budget", "topk", "draft_len"), [(4, 2, 3), (8, 4, 4), (16, 4, 8)])
 def test_ngram_tree_output_equals_plain_greedy(tiny, prompt, budget, topk, draft_len):
     plain = run(tiny, None, prompt, draft_len=0)
     result = run(tiny, build_drafter("ngram", tiny), prompt, draft_len=draft_len, tree_budget=budget, tree_topk=topk)
     assert result.output_ids == plain.output_ids
     trees = [step for step in result.steps if step.parents is not None]
-    assert trees or draft_len == "auto", "no step drafted a tree"  # `auto` may keep to chains
+    assert trees, "no step drafted a tree"
     for step in trees:
         assert len(step.drafted) <= budget and step.accepted == len(step.accepted_path)
         assert max(len(below) for below in children(step.parents)) <= topk
         kept = [step.drafted[node] for node in step.accepted_path]
         assert step.emitted == [*kept, step.target_token][: len(step.emitted)]
         assert len(step.target_probs) == len(step.drafted)
+
+
+@pytest.mark.parametrize("prompt", [BRANCHING * 2, PROMPT], ids=["branching", "repeats"])
+def test_ngram_trees_under_auto_equal_plain_greedy(tiny, prompt):
+    """`auto` caps each draft's depth and may keep to chains (its choices follow measured step times): the
+    output is plain greedy's, and every verified draft, tree or chain, keeps to the budget and the cap."""
+    plain = run(tiny, None, prompt, draft_len=0)
+    result = run(tiny, build_drafter("ngram", tiny), prompt, draft_len="auto", tree_budget=16, tree_topk=2)
+    assert result.output_ids == plain.output_ids
+    drafting = [step for step in result.steps if step.drafted]
+    assert drafting, "auto verified no draft"  # its first draft is always tried
+    for step in drafting:
+        tree = step.parents is not None
+        depth = max(depths(step.parents)) if tree else len(step.drafted)
+        assert len(step.drafted) <= 16 and 0 < depth <= step.draft_len
+        assert not tree or max(len(below) for below in children(step.parents)) <= 2
+        kept = [step.drafted[node] for node in (step.accepted_path if tree else range(step.accepted))]
+        assert step.emitted == [*kept, step.target_token][: len(step.emitted)]
 
 
 def test_some_tree_step_accepts_a_later_sibling(tiny):
@@ -149,7 +167,6 @@ def test_auto_learns_a_trees_depth_not_its_node_count(tiny, monkeypatch):
     """`auto` caps a tree's depth, so it must hear the depth it verified: a 12-node tree whose kept path
     reached the deepest level accepted everything it could (the cap grows), not 3 of 12."""
     from backend.core.policy import FixedDraftLength
-    from backend.core.tree_shape import depths
 
     heard: list[tuple[int, int]] = []
     observe = FixedDraftLength.observe
