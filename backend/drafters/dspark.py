@@ -133,16 +133,18 @@ class DSparkSession(BlockSession):
         from its slot's state and its parent's token, as on a chain) stays at or above the threshold; a
         chain stops where a tree prunes that one branch."""
         head: DSparkHead = self.drafter.head
-        base = head.backbone.logits(hidden)  # [n, Vd]
+        base: torch.Tensor | None = None  # [n, Vd]: the backbone's logits, once some node passes
         cut = False
 
         def expand(token: int, depth: int, survival: float) -> Children | None:
-            nonlocal cut
+            nonlocal base, cut
             z = head.markov(torch.tensor([token], device=hidden.device))  # [1, r]
             survival *= float(torch.sigmoid(head.confidence_logit(hidden[depth : depth + 1], z)))
             if survival < self.drafter.threshold:
                 cut = True
                 return None
+            if base is None:  # a tree cut at its root never reads the LM head
+                base = head.backbone.logits(hidden)
             probs = torch.softmax(head.corrected(base[depth : depth + 1], z).float(), dim=-1)  # [1, Vd]
             return top_children(probs, request.branching, head.d2t, survival)[0]
 

@@ -101,12 +101,23 @@ def train(
     return losses
 
 
-def first_draft(drafter, model, prompt: list[int], count: int, sampling: SamplingParams = GREEDY, seed: int = 0):
-    """A fresh session's first proposal, fed the prompt's hidden states as the engine would."""
+def first_draft(
+    drafter,
+    model,
+    prompt: list[int],
+    count: int,
+    sampling: SamplingParams = GREEDY,
+    seed: int = 0,
+    max_nodes: int = 0,
+    branching: int = 1,
+):
+    """A fresh session's first proposal (a tree of up to `max_nodes` nodes where it is not 0), fed the prompt's
+    hidden states as the engine would."""
     with torch.inference_mode():
         states = model.model(torch.tensor([prompt[:-1]]), output_hidden_states=True).hidden_states
     session = drafter.start(prompt, {layer: states[layer][0] for layer in drafter.target_hidden_layers})
-    return session.propose(DraftRequest(prompt, count, sampling, torch.Generator().manual_seed(seed)))
+    generator = torch.Generator().manual_seed(seed)
+    return session.propose(DraftRequest(prompt, count, sampling, generator, max_nodes, branching))
 
 
 def count_calls(module: torch.nn.Module) -> list[int]:

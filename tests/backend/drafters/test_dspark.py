@@ -99,14 +99,21 @@ def test_the_confidence_cut_shortens_drafts_and_says_so(tiny):
     )
 
 
-def test_a_draft_cut_before_its_first_token_never_reads_the_lm_head(tiny, monkeypatch):
+@pytest.mark.parametrize("max_nodes", [0, 8], ids=["chain", "tree"])
+def test_a_draft_cut_before_its_first_token_never_reads_the_lm_head(tiny, monkeypatch, max_nodes):
     head = dspark.new_head(tiny)
     rows: list[int] = []
     logits = head.backbone.logits
     monkeypatch.setattr(head.backbone, "logits", lambda hidden: rows.append(hidden.shape[0]) or logits(hidden))
-    assert first_draft(dspark.DSparkDrafter(tiny, head, threshold=1.0), tiny, PROMPT, 4).tokens == []
+
+    def propose(threshold: float):
+        return first_draft(
+            dspark.DSparkDrafter(tiny, head, threshold=threshold), tiny, PROMPT, 4, max_nodes=max_nodes, branching=2
+        )
+
+    assert propose(1.0).tokens == []
     assert rows == []
-    assert len(first_draft(dspark.DSparkDrafter(tiny, head, threshold=0.0), tiny, PROMPT, 4).tokens) == 4
+    assert len(propose(0.0).tokens) == (max_nodes or 4)
     assert rows == [4]  # one read for the whole block
 
 
