@@ -5,7 +5,7 @@ same job (interleaved with the drafting lane); the script prints each run's figu
 the largest speedup to the smallest. On an idle machine two runs should agree within 10%.
 
     python scripts/bench_speedup_repeat.py [--drafter ngram] [--draft-len 4] [--max-new-tokens 128]
-        [--repeats 2] [--compile auto] [--device auto] [--target default]
+        [--repeats 2] [--compile auto] [--target default] [--device auto] [--dtype auto] [--allow-remote-code]
 
 A drafter that learns across requests (suffix) starts each run warmer than the last (the previous
 output is in its global tree); the memory it started with is printed, so such a difference is seen
@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from backend.cli.common import add_target_args  # noqa: E402
 from backend.lab.prompts import DEFAULT_SUITE, load_suite  # noqa: E402
-from backend.serving.bench_worker import start_worker  # noqa: E402
+from backend.serving.bench_worker import load_flags, start_worker  # noqa: E402
 from backend.serving.client import WorkerClient  # noqa: E402
 
 TOLERANCE = 0.10
@@ -32,14 +33,13 @@ TOLERANCE = 0.10
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default="default")
+    add_target_args(parser)
     parser.add_argument("--drafter", default="ngram")
     parser.add_argument("--draft-len", default="4", help="an integer D, or auto")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--category", default="code_editing", help="the suite category whose first prompt is used")
     parser.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="the worker's --compile")
-    parser.add_argument("--device", default="auto")
     return parser.parse_args(argv)
 
 
@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         "max_new_tokens": args.max_new_tokens,
     }
     print(f"starting a worker on {args.target} (compile {args.compile}, device {args.device}) ...", flush=True)
-    process, url = start_worker(args.target, args.device, args.compile)
+    process, url = start_worker(
+        args.target, args.device, args.compile, loading=load_flags(args.dtype, args.allow_remote_code)
+    )
     client = WorkerClient(url)
     try:
         runs = [one_run(client, body) for _ in range(args.repeats)]

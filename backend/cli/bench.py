@@ -159,6 +159,8 @@ def bench_stream(args: argparse.Namespace) -> int:
         args.repeats,
         args.device,
         args.compile,
+        args.dtype,
+        args.allow_remote_code,
     )
     memory = report["worker_memory_after_runs_mb"]
     print(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from backend.cli.common import quiet_libraries
+from backend.cli.common import add_target_args, quiet_libraries
 
 
 def add_bench_start_parser(bench) -> None:
@@ -17,17 +17,16 @@ def add_bench_start_parser(bench) -> None:
         description="Launches the worker three times on one new inductor cache folder (--compile off, "
         "then on twice) and times each from launch to ready (target loaded, graphs built and warmed).",
     )
-    start.add_argument("--target", default="default")
-    start.add_argument("--device", default="auto")
+    add_target_args(start)
     start.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
     start.set_defaults(handler=bench_start_command)
 
 
 def bench_start_command(args: argparse.Namespace) -> int:
-    from backend.serving.bench_worker import start_times
+    from backend.serving.bench_worker import load_flags, start_times
 
     quiet_libraries()
-    times = start_times(args.target, args.device)
+    times = start_times(args.target, args.device, load_flags(args.dtype, args.allow_remote_code))
     for row in times:
         print(f"--compile {row['compile']:<3} {row['start']:<5} start: ready after {row['seconds']:.1f} s")
     if args.json:

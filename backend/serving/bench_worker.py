@@ -40,11 +40,21 @@ def resident_mb(pid: int) -> dict:
     return {"rss_mb": fields.get("VmRSS"), "peak_rss_mb": fields.get("VmHWM")}
 
 
+def load_flags(dtype: str = "auto", allow_remote_code: bool = False) -> list[str]:
+    """The worker's flags for how it loads models beyond --device and --compile (cli/common.add_device_args)."""
+    return ["--dtype", dtype, *(["--allow-remote-code"] if allow_remote_code else [])]
+
+
 def start_worker(
-    target: str, device: str, compile: str = "off", env: dict[str, str] | None = None
+    target: str,
+    device: str,
+    compile: str = "off",
+    env: dict[str, str] | None = None,
+    loading: list[str] | None = None,
 ) -> tuple[subprocess.Popen, str]:
-    """A worker process serving `target` (with `env` added to this process's environment), once its
-    /health says ready: the target loaded and, with `compile` on, its graphs built and warmed."""
+    """A worker process serving `target` (with `env` added to this process's environment and `loading`,
+    from load_flags, to its command), once its /health says ready: the target loaded and, with `compile` on,
+    its graphs built and warmed."""
     port = free_loopback_port()
     db = Path(tempfile.mkdtemp(prefix="specscope-bench-")) / "runs.duckdb"
     process = subprocess.Popen(
@@ -63,6 +73,7 @@ def start_worker(
             device,
             "--compile",
             compile,
+            *(loading or []),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -84,14 +95,14 @@ def start_worker(
     raise TimeoutError("the worker did not become ready")
 
 
-def start_times(target: str, device: str) -> list[dict]:
+def start_times(target: str, device: str, loading: list[str] | None = None) -> list[dict]:
     """Seconds from launching a worker to its ready /health: with --compile off, then --compile on twice
     with one new inductor cache folder (a first start, which builds the graphs, then a later one)."""
     times = []
     with tempfile.TemporaryDirectory(prefix="specscope-inductor-") as inductor_cache:
         for compile, start in (("off", "first"), ("on", "first"), ("on", "later")):
             launched = time.perf_counter()
-            process, _ = start_worker(target, device, compile, {"TORCHINDUCTOR_CACHE_DIR": inductor_cache})
+            process, _ = start_worker(target, device, compile, {"TORCHINDUCTOR_CACHE_DIR": inductor_cache}, loading)
             times.append({"compile": compile, "start": start, "seconds": round(time.perf_counter() - launched, 1)})
             process.terminate()
             process.wait(timeout=30)
@@ -107,14 +118,16 @@ def stream_benchmark(
     repeats: int,
     device: str = "auto",
     compile: str = "off",
+    dtype: str = "auto",
+    allow_remote_code: bool = False,
 ) -> dict:
-    """In process and through the worker on the same path (`compile`), alternating."""
-    target = load_model(target_spec, device=device, compile=compile)
+    """In process and through the worker on the same path (`compile`) and the same load flags, alternating."""
+    target = load_model(target_spec, device=device, dtype=dtype, allow_remote_code=allow_remote_code, compile=compile)
     runner = Runner(target)
     runner.engine.passes.warm_up()
     local_drafter = build_drafter(drafter, target, DrafterOptions())
     settings = GenerationSettings(max_new_tokens=max_new_tokens, draft_len=draft_len)
-    process, url = start_worker(target_spec, device, compile)
+    process, url = start_worker(target_spec, device, compile, loading=load_flags(dtype, allow_remote_code))
     client = WorkerClient(url)
     try:
         idle_memory = resident_mb(process.pid)

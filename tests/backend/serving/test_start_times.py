@@ -24,14 +24,15 @@ class FakeWorker:
 def test_the_compiled_starts_share_one_new_inductor_cache_and_each_worker_stops_first(monkeypatch):
     starts, running = [], []
 
-    def start_worker(target: str, device: str, compile: str, env: dict[str, str]):
+    def start_worker(target: str, device: str, compile: str, env: dict[str, str], loading: list[str] | None):
         assert not running, "the previous worker still runs"
+        assert loading == ["--dtype", "float32"]  # every start loads the same way
         folder = Path(env["TORCHINDUCTOR_CACHE_DIR"])
         starts.append((target, device, compile, folder, folder.is_dir() and not any(folder.iterdir())))
         return FakeWorker(running), "http://127.0.0.1:1"
 
     monkeypatch.setattr(bench_worker, "start_worker", start_worker)
-    times = bench_worker.start_times("tiny", "cpu")
+    times = bench_worker.start_times("tiny", "cpu", ["--dtype", "float32"])
     assert [(row["compile"], row["start"]) for row in times] == [("off", "first"), ("on", "first"), ("on", "later")]
     assert [start[:3] for start in starts] == [("tiny", "cpu", "off"), ("tiny", "cpu", "on"), ("tiny", "cpu", "on")]
     assert len({start[3] for start in starts}) == 1 and all(start[4] for start in starts)  # one new, empty folder
