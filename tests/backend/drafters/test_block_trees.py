@@ -10,11 +10,9 @@ import math
 import pytest
 import torch
 
-from backend.core.drafter import DraftRequest
 from backend.core.tree_shape import children, depths, validate
-from backend.core.verify import SamplingParams
 from backend.drafters import dflash, dspark
-from tests.helpers.trained import PROMPT, reduced_d2t
+from tests.helpers.trained import PROMPT, first_draft, reduced_d2t
 
 D2T = reduced_d2t().tolist()  # entry i of the draft vocabulary is token D2T[i]
 
@@ -28,12 +26,8 @@ def log_probs(entries: dict[int, float]) -> torch.Tensor:
 
 
 def propose(drafter, max_tokens: int, max_nodes: int = 0, branching: int = 1):
-    """A fresh session's first proposal, fed the prompt's hidden states as the engine would."""
-    with torch.inference_mode():
-        states = drafter.target.model(torch.tensor([PROMPT[:-1]]), output_hidden_states=True).hidden_states
-    session = drafter.start(PROMPT, {layer: states[layer][0] for layer in drafter.target_hidden_layers})
-    request = DraftRequest(PROMPT, max_tokens, SamplingParams(), torch.Generator(), max_nodes, branching)
-    return session.propose(request)
+    """A fresh session's first proposal on PROMPT (a tree where max_nodes > 0)."""
+    return first_draft(drafter, drafter.target, PROMPT, max_tokens, max_nodes=max_nodes, branching=branching)
 
 
 # DFlash's slots: 1 -> tokens 4 (.6) or 5 (.3); 2 -> 7 (.7) or 9 (.2); 3 -> 11 (.9) or 13 (.06); the rest of
