@@ -23,10 +23,10 @@ def add_bench_start_parser(bench) -> None:
 
 
 def bench_start_command(args: argparse.Namespace) -> int:
-    from backend.serving.bench_worker import load_flags, start_times
+    from backend.serving.bench_worker import start_times
 
     quiet_libraries()
-    times = start_times(args.target, args.device, load_flags(args.dtype, args.allow_remote_code))
+    times = start_times(args.target, args.device, args.dtype, args.allow_remote_code)
     for row in times:
         print(f"--compile {row['compile']:<3} {row['start']:<5} start: ready after {row['seconds']:.1f} s")
     if args.json:

@@ -95,9 +95,10 @@ def start_worker(
     raise TimeoutError("the worker did not become ready")
 
 
-def start_times(target: str, device: str, loading: list[str] | None = None) -> list[dict]:
+def start_times(target: str, device: str, dtype: str = "auto", allow_remote_code: bool = False) -> list[dict]:
     """Seconds from launching a worker to its ready /health: with --compile off, then --compile on twice
     with one new inductor cache folder (a first start, which builds the graphs, then a later one)."""
+    loading = load_flags(dtype, allow_remote_code)
     times = []
     with tempfile.TemporaryDirectory(prefix="specscope-inductor-") as inductor_cache:
         for compile, start in (("off", "first"), ("on", "first"), ("on", "later")):

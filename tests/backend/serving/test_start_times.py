@@ -32,7 +32,7 @@ def test_the_compiled_starts_share_one_new_inductor_cache_and_each_worker_stops_
         return FakeWorker(running), "http://127.0.0.1:1"
 
     monkeypatch.setattr(bench_worker, "start_worker", start_worker)
-    times = bench_worker.start_times("tiny", "cpu", ["--dtype", "float32"])
+    times = bench_worker.start_times("tiny", "cpu", "float32")
     assert [(row["compile"], row["start"]) for row in times] == [("off", "first"), ("on", "first"), ("on", "later")]
     assert [start[:3] for start in starts] == [("tiny", "cpu", "off"), ("tiny", "cpu", "on"), ("tiny", "cpu", "on")]
     assert len({start[3] for start in starts}) == 1 and all(start[4] for start in starts)  # one new, empty folder

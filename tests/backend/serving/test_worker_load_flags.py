@@ -58,10 +58,10 @@ def test_bench_stream_loads_both_sides_with_the_flags_given(monkeypatch, capsys,
 def test_bench_start_launches_each_worker_with_the_flags_given(monkeypatch):
     seen = {}
 
-    def start_times(target, device, loading):
+    def start_times(target, device, *loading):
         seen.update(target=target, device=device, loading=loading)
         return []
 
     monkeypatch.setattr(bench_worker, "start_times", start_times)
     assert main(["bench", "start", "--target", "tiny", "--device", "cpu", "--dtype", "bfloat16"]) == 0
-    assert seen == {"target": "tiny", "device": "cpu", "loading": ["--dtype", "bfloat16"]}
+    assert seen == {"target": "tiny", "device": "cpu", "loading": ("bfloat16", False)}
