@@ -108,7 +108,8 @@ def step_html(step: dict) -> str:
         )
     if emitted > accepted:
         if not drafted_text:
-            css, kind = "ss-tgt", "target's token (no drafts this step)"
+            why = ": a float16 pass of the drafter overflowed" if step.get("stop_reason") == "overflow" else ""
+            css, kind = "ss-tgt", f"target's token (no drafts this step{why})"
         elif accepted == len(drafted_text):
             css, kind = "ss-tgt ss-bonus", f"bonus: the target's extra token after all {accepted} drafts were accepted"
         else:

@@ -243,9 +243,10 @@ class FastForward:
 
 
 def _concatenated(linears: list[nn.Linear]) -> nn.Linear:
-    """One Linear computing several (same input) side by side: one GEMM instead of several."""
+    """One Linear computing several (same input) side by side: one GEMM instead of several. Of the first's own
+    class, so a linear holding its weights in a narrower dtype than its activations stays one."""
     first = linears[0]
-    fused = nn.Linear(
+    fused = type(first)(
         first.in_features,
         sum(lin.out_features for lin in linears),
         bias=first.bias is not None,

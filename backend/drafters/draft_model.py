@@ -20,9 +20,10 @@ from backend.core.models import LoadedModel, check_same_tokenizer, matmul_weight
 from backend.core.target_passes import compile_mode, target_passes
 from backend.drafters.autoregressive import AutoregressiveSession
 from backend.drafters.engine_settings import trtllm_schedule_argument
-from backend.drafters.shared_student import load_student, shares_target
+from backend.drafters.head_precision import student_dtype
+from backend.drafters.shared_student import hold_student_in, load_student, shares_target
 from backend.drafters.shipped import DISTILLED_DRAFT, trained_folders
-from backend.drafters.spec import DrafterSpec, LoadModel, WeightsOptions, option
+from backend.drafters.spec import DrafterSpec, HeadOptions, LoadModel, option
 
 
 class DraftModelRunner:
@@ -65,8 +66,10 @@ class DraftModelDrafter:
 
 
 @dataclass(frozen=True)
-class DraftModelOptions(WeightsOptions):
-    """A draft model by spec, else a distilled student's folder (`drafter_path`, as the trained heads take it)."""
+class DraftModelOptions(HeadOptions):
+    """A draft model by spec, else a distilled student's folder (`drafter_path`, as the trained heads take it),
+    which holds its own layers in `head_precision` as the heads do; any other draft model runs in the target's
+    dtype (it may be shared with other requests, and its weights were not saved with float16 in mind)."""
 
     draft_model: str | None = option(
         None,
@@ -78,6 +81,7 @@ class DraftModelOptions(WeightsOptions):
 
 
 def _build(target: LoadedModel, options: DraftModelOptions, load: LoadModel) -> DraftModelDrafter:
+    dtype = student_dtype(options.head_precision, target)  # a wrong choice fails before any loading
     spec = options.draft_model or options.drafter_path or trained_folders(target).get(DISTILLED_DRAFT)
     if not spec:
         raise SpecScopeError(
@@ -87,7 +91,9 @@ def _build(target: LoadedModel, options: DraftModelOptions, load: LoadModel) -> 
             "data/drafters/draft-model-NAME`"
         )
     if shares_target(spec):  # a student that borrows the target's embedding, LM head and tokenizer
-        return DraftModelDrafter(target, load_student(spec, target))
+        student = load_student(spec, target)
+        hold_student_in(student.model, dtype)
+        return DraftModelDrafter(target, student)
     draft = load(str(spec), device=str(target.device), dtype=str(target.dtype).removeprefix("torch."))
     return DraftModelDrafter(target, draft)
 

@@ -27,6 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, Pre
 from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel, file_sha256
 from backend.drafters.head_io import CONFIG_FILE, WEIGHTS_FILE, check_trained_for, read_vocabulary
+from backend.drafters.head_precision import NarrowLinear
 from backend.drafters.shipped import STUDENT_MARKER
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 
@@ -81,11 +82,12 @@ def share_target_parts(student: PreTrainedModel, target: LoadedModel) -> PreTrai
     return student
 
 
-class DraftVocabularyHead(nn.Linear):
+class DraftVocabularyHead(NarrowLinear):
     """The target's LM head scoring only the draft vocabulary d2t [Vd] (the target tokens most frequent in
     the training answers, EAGLE-3's reduced vocabulary): its rows are frozen copies of those target rows, and
     its logits come back over the whole vocabulary, -inf outside d2t, so the drafting code keeps indexing
-    target token ids. A greedy draft changes only where the whole head's argmax lies outside d2t."""
+    target token ids. A greedy draft changes only where the whole head's argmax lies outside d2t. Its rows
+    may be held in a narrower dtype than the hidden states (hold_student_in)."""
 
     def __init__(self, lm_head: nn.Linear, d2t: torch.Tensor) -> None:
         weight = lm_head.weight.detach()  # [V, H]
@@ -115,6 +117,20 @@ def drafting_student(
     if d2t is not None:
         student.set_output_embeddings(DraftVocabularyHead(TargetParts.of(target).lm_head, d2t))
     return student.eval()
+
+
+def hold_student_in(student: PreTrainedModel, dtype: torch.dtype) -> None:
+    """Hold the student's own weights in `dtype` while it drafts (head_precision.py): each decoder layer's
+    linears become NarrowLinear copies and a draft vocabulary's rows move; the target's borrowed embedding
+    and LM head stay as they are, and nothing changes where the weights are in `dtype` already."""
+    for layer in student.get_decoder().layers:
+        for module in list(layer.modules()):
+            for name, child in list(module.named_children()):
+                if type(child) is nn.Linear and child.weight.dtype != dtype:
+                    setattr(module, name, NarrowLinear.holding(child, dtype))
+    head = student.get_output_embeddings()
+    if isinstance(head, DraftVocabularyHead):
+        head.hold_in(dtype)
 
 
 def load_student(folder: str | Path, target: LoadedModel) -> LoadedModel:

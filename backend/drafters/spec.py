@@ -166,8 +166,9 @@ class HeadOptions(WeightsOptions):
 
     head_precision: str = option(
         "auto",
-        "dtype a trained head holds its weights in while drafting: float32, float16, bfloat16, or auto "
-        "(float16 for a float32 target on a CPU, else the target's dtype); the target verifies every draft",
+        "dtype a trained head or distilled draft model holds its weights in while drafting: float32, float16, "
+        "bfloat16, or auto (for a float32 target on a CPU: float16 for a head, bfloat16 for a distilled draft "
+        "model where the CPU has bf16 dot products; else the target's dtype); the target verifies every draft",
         label="head precision",
     )
 

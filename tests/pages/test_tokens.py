@@ -54,6 +54,9 @@ def test_the_target_token_is_a_correction_a_bonus_or_a_plain_token():
     assert "after all 3 drafts were accepted" in step_html(bonus)
     plain = {**STEP, "drafted_text": [], "accepted": 0, "emitted": [4], "emitted_text": ["d"]}
     assert spans(step_html(plain)) == [("ss-tgt", "d")]
+    assert "no drafts this step)" in step_html(plain)
+    overflowed = step_html({**plain, "stop_reason": "overflow"})
+    assert "no drafts this step: a float16 pass of the drafter overflowed)" in overflowed
     assert 'class="ss-tgt ss-bonus"' in LEGEND and 'class="ss-tgt ss-fix"' in LEGEND
 
 

@@ -5,15 +5,18 @@ draft vocabulary too), and trains without touching the target."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 from safetensors import safe_open
+from torch import nn
 
 from backend.core.errors import SpecScopeError
 from backend.core.metrics import acceptance_stats
 from backend.drafters import SHIPPED_DIR, STUDENT_MARKER, DrafterOptions, build_drafter
+from backend.drafters.head_precision import NarrowLinear
 from backend.drafters.shared_student import DraftVocabularyHead, shares_target
 from backend.training import student
 from backend.training.loop import CHECKPOINT, train
@@ -94,7 +97,7 @@ def test_its_folder_holds_its_own_tensors_and_reloads_with_identical_logits(tiny
     assert record["shares_target"] == ["embedding", "lm_head", "tokenizer"]
     assert record["target"]["fingerprint"] == tiny.fingerprint and shares_target(tmp_path)
 
-    drafter = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path)))
+    drafter = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path), head_precision="float32"))
     loaded = drafter.draft.model
     assert loaded.get_input_embeddings() is tiny.model.get_input_embeddings()
     assert drafter.draft.tokenizer is tiny.tokenizer
@@ -130,7 +133,7 @@ def test_a_draft_vocabulary_keeps_drafts_inside_it_is_saved_and_stays_lossless(t
 
     student.save(covering, tiny, tmp_path)
     assert (tmp_path / "vocab_map.safetensors").is_file()
-    loaded = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path)))
+    loaded = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path), head_precision="float32"))
     head = loaded.draft.model.get_output_embeddings()
     assert isinstance(head, DraftVocabularyHead) and torch.equal(head.d2t, d2t)
     ids = torch.randint(4, 64, (2, 12))
@@ -142,6 +145,72 @@ def test_a_draft_vocabulary_keeps_drafts_inside_it_is_saved_and_stays_lossless(t
     unrestricted = student.drafter(tiny, student.new_head(tiny, {**whole, "draft_vocab_size": 64}))
     assert loaded.cost().tle_per_token < unrestricted.cost().tle_per_token
     assert greedy(tiny, PROMPT, 24, loaded, draft_len=3) == expected
+
+
+def whole_target_student(tiny, folder, norm_scale: float = 1.0) -> list[int]:
+    """Save to `folder` a student made of all the target's layers over a draft vocabulary holding the
+    target's greedy picks (so the target keeps its drafts), its first norm's weights scaled by `norm_scale`;
+    the target's greedy output, which it must reproduce."""
+    expected = greedy(tiny, PROMPT, 24)
+    whole = {**SHARED, "num_layers": 4, "init_layers": [0, 1, 2, 3], "draft_vocab_size": 48}
+    fresh = student.new_head(tiny, whole, counts_favouring(set(expected)))
+    with torch.no_grad():
+        fresh.model.layers[0].input_layernorm.weight.mul_(norm_scale)
+    student.save(fresh, tiny, folder)
+    return expected
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_auto_holds_it_in_bfloat16_where_the_cpu_multiplies_bf16_natively(tiny, tmp_path, monkeypatch, native_bf16):
+    whole_target_student(tiny, tmp_path)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    drafter = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path)))  # an fp32 CPU target
+    own = drafter.draft.model.get_decoder().layers[0].self_attn.q_proj
+    assert own.weight.dtype == (torch.bfloat16 if native_bf16 else torch.float32)
+    assert drafter.draft.model.get_output_embeddings().weight.dtype == own.weight.dtype
+
+
+def test_held_in_float16_it_narrows_its_own_layers_only_and_drafts_within_rounding(tiny, tmp_path):
+    expected = whole_target_student(tiny, tmp_path)
+    exact = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path), head_precision="float32"))
+    half = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path), head_precision="float16"))
+    own = [m for m in half.draft.model.get_decoder().layers.modules() if isinstance(m, nn.Linear)]
+    assert own and all(isinstance(m, NarrowLinear) and m.weight.dtype == torch.float16 for m in own)
+    head = half.draft.model.get_output_embeddings()
+    assert isinstance(head, DraftVocabularyHead) and head.weight.dtype == torch.float16
+    assert half.draft.model.get_input_embeddings() is tiny.model.get_input_embeddings()  # borrowed, untouched
+    assert tiny.model.get_output_embeddings().weight.dtype == torch.float32
+    ids = torch.randint(4, 64, (2, 12))
+    narrow, full = logits(half.draft.model, ids), logits(exact.draft.model, ids)  # [B, T, V] float32 each
+    assert narrow.dtype == torch.float32 and not torch.equal(narrow, full)  # the products went through float16
+    torch.testing.assert_close(narrow, full, rtol=1e-2, atol=1e-2)
+    assert generate(tiny, PROMPT, 24, half, draft_len=3).output_ids == expected
+
+
+def test_a_float16_pass_that_overflows_ends_drafting_and_the_output_stays_the_targets(tiny, tmp_path):
+    expected = whole_target_student(tiny, tmp_path, norm_scale=60000.0)  # normed inputs far beyond float16's range
+    exact = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path), head_precision="float32"))
+    run = generate(tiny, PROMPT, 24, exact, draft_len=3)
+    assert run.output_ids == expected and all(step.drafted for step in run.steps[:-1])  # finite in float32
+    half = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path), head_precision="float16"))
+    run = generate(tiny, PROMPT, 24, half, draft_len=3)
+    assert run.output_ids == expected
+    assert not any(step.drafted for step in run.steps)  # the last step asks for no draft: no reason there
+    assert all(step.stop_reason == "overflow" for step in run.steps[:-1])
+
+
+def test_a_float16_student_on_the_compiled_path_runs_narrow_projections_and_stays_lossless(tiny, tmp_path):
+    expected = whole_target_student(tiny, tmp_path)
+    compiled_target = dataclasses.replace(tiny, compile="on")
+    options = DrafterOptions(drafter_path=str(tmp_path), head_precision="float16")
+    drafter = build_drafter("draft-model", compiled_target, options)
+    fast = drafter.runner.passes.fast
+    assert fast.compiled and isinstance(fast.module.layers[0].qkv, NarrowLinear)
+    assert fast.module.layers[0].gate_up.weight.dtype == torch.float16
+    run = generate(tiny, PROMPT, 24, drafter, draft_len=3)
+    stats = acceptance_stats(run.steps)  # the target's own layers, within float16 rounding: nearly every draft kept
+    assert run.output_ids == expected and stats.accepted_tokens >= 0.9 * stats.drafted_tokens > 0
 
 
 def test_a_shared_student_refuses_another_target(tiny, tmp_path):
