@@ -19,7 +19,7 @@ import torch
 
 from backend.core.batch_cache import PREFILL_TOKENS_PER_PASS, rows_cache
 from backend.core.drafter import Drafter
-from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent, kept_rows
+from backend.core.engine import GenerationSettings, Sequence, SpeculativeEngine, StepEvent
 from backend.core.tree import TreeLayout
 
 
@@ -122,10 +122,10 @@ class BatchEngine:
             sequence.verify(logits[i, : len(step.drafted) + 1], step, tree)
             for i, (sequence, step, tree) in enumerate(zip(rows, pending, trees, strict=True))
         ]
-        cache.accept([kept_rows(verdict) for verdict in verdicts])
+        cache.accept([verdict.kept_rows() for verdict in verdicts])
         verify_s = engine.clock() - started
         for i, (sequence, step, verdict) in enumerate(zip(rows, pending, verdicts, strict=True)):
-            hidden = {layer: result.hidden[layer][i, kept_rows(verdict)] for layer in hidden_layers}
+            hidden = {layer: result.hidden[layer][i, verdict.kept_rows()] for layer in hidden_layers}
             shown = sequence.shown_probs(logits[i, : len(step.drafted) + 1], verdict)
             sequence.commit(step, verdict, shown, verify_s, hidden)
 

@@ -299,7 +299,7 @@ class Generation:
                     passes.keep_path(cache, committed, verdict.path)
                 verify_s = engine.clock() - started
                 shown = sequence.shown_probs(result.logits, verdict)
-                hidden = {layer: result.hidden[layer][kept_rows(verdict)] for layer in hidden_layers}
+                hidden = {layer: result.hidden[layer][verdict.kept_rows()] for layer in hidden_layers}
                 event = sequence.commit(pending, verdict, shown, verify_s, hidden)
                 self.decode_s += event.draft_s + event.verify_s
                 yield event
@@ -310,14 +310,6 @@ class Generation:
         for _ in self:
             pass
         return self
-
-
-def kept_rows(verdict: Verdict) -> list[int]:
-    """The rows of a pass over [x, d_1 ..] that committed tokens follow: x's (0), then the kept drafts'
-    (a chain's first `accepted`, or a tree's path: node i is row i + 1)."""
-    if verdict.path is None:
-        return list(range(verdict.accepted + 1))
-    return [0, *(node + 1 for node in verdict.path)]
 
 
 def _tree_within(draft: Draft, max_depth: int) -> Draft:

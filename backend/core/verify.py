@@ -60,6 +60,13 @@ class Verdict:
     # a tree's kept nodes, root child first (accepted = its length); None for a chain (range(accepted))
     path: tuple[int, ...] | None = None
 
+    def kept_rows(self) -> list[int]:
+        """The rows of a pass over [x, d_1 ..] that committed tokens follow: x's (0), then the kept drafts'
+        (a chain's first `accepted`, or a tree's path: node i is row i + 1)."""
+        if self.path is None:
+            return list(range(self.accepted + 1))
+        return [0, *(node + 1 for node in self.path)]
+
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Logits [n, V] -> probabilities [n, V] after temperature, top-k and top-p (the same processing

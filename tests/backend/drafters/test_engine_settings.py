@@ -28,7 +28,14 @@ def tensorrt_llm(table: dict[int, int], batch_size: int) -> int:
 
 @pytest.mark.parametrize(
     "schedule",
-    [{1: 8, 4: 4, 16: 2}, {1: 4, 4: 2, 16: 0}, {1: 4, 2: 4, 8: 1}, {2: 6, 8: 3}, {1: 5, 4: 0, 16: 0}],
+    [
+        {1: 8, 4: 4, 16: 2},
+        {1: 4, 4: 2, 16: 0},
+        {1: 4, 2: 4, 8: 1},
+        {2: 6, 8: 3},
+        {1: 5, 4: 0, 16: 0},
+        {1: 5, 4: 3, 16: 3},
+    ],
 )
 def test_tensorrt_llm_reads_the_same_d_at_every_measured_batch_size(schedule):
     table = trtllm_draft_len_schedule(schedule)
@@ -44,6 +51,8 @@ def test_tensorrt_llm_reads_the_same_d_at_every_measured_batch_size(schedule):
 def test_the_example_schedule_converts_as_expected():
     assert trtllm_draft_len_schedule({1: 8, 4: 4, 16: 2}) == {1: 8, 3: 8, 15: 4, 16: 2}
     assert trtllm_draft_len_schedule({1: 4, 4: 2, 16: 0}) == {1: 4, 3: 4, 15: 2}
+    assert trtllm_draft_len_schedule({1: 5, 4: 3, 16: 3}) == {1: 5, 3: 5, 16: 3}  # 4..16 share D = 3: one key
+    assert trtllm_draft_len_schedule({1: 5, 4: 0, 16: 0}) == {1: 5, 3: 5}  # no drafts from 4 on: left to the engine
 
 
 def test_one_measured_batch_size_exports_no_schedule():
