@@ -8,7 +8,9 @@ half as much; on a 2-core AVX2 CPU a draft of D = 3 took 8.2 ms instead of 12.2 
 
 Only the head's own nn.Linear layers change (never the target's embedding or LM head it borrows): each
 becomes a `StoredLinear` that takes and returns activations in their own dtype, multiplying in the weights'
-dtype with fp32 accumulation (PyTorch's CPU half-precision matmuls accumulate in fp32). Whatever the dtype,
+dtype with fp32 accumulation (PyTorch's CPU half-precision matmuls accumulate in fp32), except for products
+of many rows (a pass over the prompt) on a CPU without float16 arithmetic, which cost less with the weights
+converted and multiplied in the activations' dtype. Whatever the dtype,
 the target verifies every draft, so the output is unchanged; only which tokens are proposed can move where
 two draft logits lie within half-precision rounding of each other (and a sampled draft's q is the
 distribution it was drawn from). A distilled student (the draft-model drafter's shared-embedding folders,
@@ -32,6 +34,8 @@ from backend.drafters.trained import TrainedHead
 
 HEAD_PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 AUTO = "auto"
+CPU_FLOAT16_ARITHMETIC = torch.ops.mkldnn._is_mkldnn_fp16_supported()  # AVX512-FP16 or AMX-FP16
+FLOAT16_ROWS = 8  # above this many rows a float16 product without float16 arithmetic is the slower one
 
 
 def head_dtype(choice: str, target: LoadedModel) -> torch.dtype:
@@ -106,13 +110,28 @@ def narrow_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 
 def linear_in_weight_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """narrow_linear, multiplied in x's dtype instead where float16 would overflow."""
+    """narrow_linear, multiplied in x's dtype instead where float16 would overflow, or would be the slower:
+    a product of many rows on a CPU without float16 arithmetic (such as a head's pass over the prompt)."""
+    if weight.dtype == torch.float16 != x.dtype and _slow_float16_rows(x):
+        return _in_activation_dtype(x, weight, bias)
     out = narrow_linear(x, weight, bias)
     # x or the output beyond float16's range (±65504) leaves an inf or a NaN, and the float32 sum of any
     # finite float16 values is finite: one reduction tells (a third of what isfinite().all() costs a step)
     if weight.dtype == torch.float16 != x.dtype and not math.isfinite(out.sum(dtype=torch.float32).item()):
-        return F.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))  # multiplied in x's dtype
+        return _in_activation_dtype(x, weight, bias)
     return out
+
+
+def _slow_float16_rows(x: torch.Tensor) -> bool:
+    """Would a float16 product of x [..., in] cost more than converting the weights and multiplying in x's
+    dtype? Where the CPU has no float16 arithmetic and x has more than FLOAT16_ROWS rows: one 576 -> 3072
+    linear on a 2-core AMD EPYC without it took 0.10 ms in float16 against 0.14 in float32 for one row, 0.81
+    against 0.36 for 8 and 37.8 against 7.7 for 400 (docs/measurements/bench_speed_student_precision_cpu.txt)."""
+    return x.device.type == "cpu" and not CPU_FLOAT16_ARITHMETIC and x.numel() > FLOAT16_ROWS * x.shape[-1]
+
+
+def _in_activation_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
 
 
 def hold_weights_in(head: TrainedHead, dtype: torch.dtype) -> None:

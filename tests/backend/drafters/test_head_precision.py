@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from backend.core.errors import SpecScopeError
 from backend.core.models import matmul_weights
 from backend.core.verify import SamplingParams
-from backend.drafters import build_drafter, dflash, dspark, eagle3, mtp
+from backend.drafters import build_drafter, dflash, dspark, eagle3, head_precision, mtp
 from backend.drafters.head_precision import StoredLinear, head_dtype, hold_weights_in
 from tests.helpers.sampling import PROMPT as SAMPLING_PROMPT
 from tests.helpers.sampling import SIGNIFICANCE, exact_joint, goodness_of_fit, sampled_joint, sampling_model
@@ -34,10 +35,10 @@ def test_a_stored_linear_keeps_the_activation_dtype_and_the_product():
         linear.weight.copy_(linear.weight.half().float())  # weights saved in fp16 lose nothing when held in it
         linear.bias.copy_(linear.bias.half().float())
     stored = StoredLinear.holding(linear, torch.float16)
-    x = torch.randn(3, 5, 64)  # [B, T, in]
+    x = torch.randn(2, 4, 64)  # [B, T, in]: few rows, multiplied in float16 wherever it runs
     out = stored(x)
     assert stored.weight.dtype == torch.float16 and not stored.weight.requires_grad
-    assert out.dtype == torch.float32 and out.shape == (3, 5, 32)
+    assert out.dtype == torch.float32 and out.shape == (2, 4, 32)
     assert torch.allclose(out, linear(x), rtol=1e-2, atol=1e-2)
     assert not torch.equal(out, linear(x))  # the activations really went through float16
 
@@ -59,6 +60,20 @@ def test_a_product_beyond_float16_range_from_inputs_within_it_is_multiplied_in_t
     x = torch.full((1, 8), 30000.0)  # within float16, but +-240000 is not: +inf and -inf in one output row
     assert torch.isinf(linear(x.half().float()).half()).sum() == 2  # what a float16 result would hold
     assert torch.equal(stored(x), torch.tensor([[240000.0, -240000.0, 0.0]]))
+
+
+def test_many_rows_on_a_cpu_without_float16_arithmetic_are_multiplied_in_the_activation_dtype(monkeypatch):
+    stored = StoredLinear.holding(nn.Linear(64, 32), torch.float16)
+    few, many = torch.randn(1, 8, 64), torch.randn(3, 3, 64)  # [B, T, in]: 8 rows, and 9
+
+    def in_float32(x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, stored.weight.float(), stored.bias.float())
+
+    monkeypatch.setattr(head_precision, "CPU_FLOAT16_ARITHMETIC", False)
+    assert torch.equal(stored(many), in_float32(many))
+    assert not torch.equal(stored(few), in_float32(few))  # still through float16
+    monkeypatch.setattr(head_precision, "CPU_FLOAT16_ARITHMETIC", True)
+    assert not torch.equal(stored(many), in_float32(many))  # where float16 is native, always float16
 
 
 def test_auto_is_float16_for_a_float32_target_on_the_cpu_and_a_wrong_choice_is_refused(tiny):
