@@ -144,8 +144,9 @@ def option_input(prefix: str, option: dict):
     """One drafter option's widget, from its description in `/models` (type, default, bounds, help)."""
     key, label, help_text = f"{prefix}_{option['name']}", option["label"], option["help"]
     if option["type"] == "str":
-        text = st.text_input(f"{label} (empty: default)", "", key=key, help=help_text)
-        return text.strip() or None
+        default = option["default"]
+        text = st.text_input(f"{label} (empty: {default or 'default'})", "", key=key, help=help_text)
+        return text.strip() or default
     if option["optional"]:  # an int whose default (None) is the drafter's own choice
         value = st.number_input(f"{label} (0 = default)", 0, int(option["le"] or 1024), 0, key=key, help=help_text)
         return int(value) or None
