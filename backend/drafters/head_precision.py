@@ -112,12 +112,13 @@ def narrow_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 def linear_in_weight_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """narrow_linear, multiplied in x's dtype instead where float16 would overflow, or would be the slower:
     a product of many rows on a CPU without float16 arithmetic (such as a head's pass over the prompt)."""
-    if weight.dtype == torch.float16 != x.dtype and _slow_float16_rows(x):
+    narrowed_to_float16 = weight.dtype == torch.float16 != x.dtype
+    if narrowed_to_float16 and _slow_float16_rows(x):
         return _in_activation_dtype(x, weight, bias)
     out = narrow_linear(x, weight, bias)
     # x or the output beyond float16's range (±65504) leaves an inf or a NaN, and the float32 sum of any
     # finite float16 values is finite: one reduction tells (a third of what isfinite().all() costs a step)
-    if weight.dtype == torch.float16 != x.dtype and not math.isfinite(out.sum(dtype=torch.float32).item()):
+    if narrowed_to_float16 and not math.isfinite(out.sum(dtype=torch.float32).item()):
         return _in_activation_dtype(x, weight, bias)
     return out
 
@@ -126,7 +127,9 @@ def _slow_float16_rows(x: torch.Tensor) -> bool:
     """Would a float16 product of x [..., in] cost more than converting the weights and multiplying in x's
     dtype? Where the CPU has no float16 arithmetic and x has more than FLOAT16_ROWS rows: one 576 -> 3072
     linear on a 2-core AMD EPYC without it took 0.10 ms in float16 against 0.14 in float32 for one row, 0.81
-    against 0.36 for 8 and 37.8 against 7.7 for 400 (docs/measurements/bench_speed_student_precision_cpu.txt)."""
+    against 0.36 for 8 and 37.8 against 7.7 for 400 (docs/measurements/bench_speed_student_precision_cpu.txt);
+    with the weights' conversion counted, 0.62 ms at 9 rows against 0.82 in float16 (and 0.61 against 0.99
+    already at 8: the bound leaves room)."""
     return x.device.type == "cpu" and not CPU_FLOAT16_ARITHMETIC and x.numel() > FLOAT16_ROWS * x.shape[-1]
 
 
@@ -138,8 +141,14 @@ def hold_weights_in(head: TrainedHead, dtype: torch.dtype) -> None:
     """Replace every nn.Linear of `head` (a loaded head at drafting time, never one in training) by a
     StoredLinear in `dtype`, and move the frozen rows it keeps outside them (MTP's copy of the target's LM
     head rows) to `dtype`; nothing changes where the weights are in `dtype` already."""
-    for module in list(head.modules()):
+    replace_linears(head, dtype, StoredLinear)
+    head.hold_frozen_rows_in(dtype)
+
+
+def replace_linears(root: nn.Module, dtype: torch.dtype, kind: type[NarrowLinear]) -> None:
+    """Replace every nn.Linear under `root` whose weights are not in `dtype` by a `kind` copy holding them
+    in `dtype` (the originals are left as they are, for whoever else holds them)."""
+    for module in list(root.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear) and child.weight.dtype != dtype:
-                setattr(module, name, StoredLinear.holding(child, dtype))
-    head.hold_frozen_rows_in(dtype)
+                setattr(module, name, kind.holding(child, dtype))

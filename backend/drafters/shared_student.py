@@ -27,7 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, Pre
 from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel, file_sha256
 from backend.drafters.head_io import CONFIG_FILE, WEIGHTS_FILE, check_trained_for, read_vocabulary
-from backend.drafters.head_precision import NarrowLinear
+from backend.drafters.head_precision import NarrowLinear, replace_linears
 from backend.drafters.shipped import STUDENT_MARKER
 from backend.drafters.trained import DrafterWeightsError, TargetParts
 
@@ -123,11 +123,7 @@ def hold_student_in(student: PreTrainedModel, dtype: torch.dtype) -> None:
     """Hold the student's own weights in `dtype` while it drafts (head_precision.py): each decoder layer's
     linears become NarrowLinear copies and a draft vocabulary's rows move; the target's borrowed embedding
     and LM head stay as they are, and nothing changes where the weights are in `dtype` already."""
-    for layer in student.get_decoder().layers:
-        for module in list(layer.modules()):
-            for name, child in list(module.named_children()):
-                if type(child) is nn.Linear and child.weight.dtype != dtype:
-                    setattr(module, name, NarrowLinear.holding(child, dtype))
+    replace_linears(student.get_decoder().layers, dtype, NarrowLinear)
     head = student.get_output_embeddings()
     if isinstance(head, DraftVocabularyHead):
         head.hold_in(dtype)
