@@ -217,7 +217,7 @@ class FastForward:
             if width > 1:  # one graph for every verify width
                 for tensor, dim in ((ids, 1), (seen.offsets, 1), (seen.among, 1), (seen.among, 2)):
                     torch._dynamo.mark_dynamic(tensor, dim, min=2, max=MAX_COMPILED_WIDTH)
-            for tensor in (ids, *seen):  # and one for every batch size above 1
+            for tensor in (ids, *seen, cache.lengths):  # and one for every batch size above 1 (with the cache's)
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
             packaged = self.packages.runner(width) if self.packages and self.packages.fits(batch, cache) else None
             if packaged:  # exported shapes only, dense as exported: a package checks nothing

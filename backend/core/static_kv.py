@@ -38,10 +38,8 @@ class StaticKV:
     ) -> StaticKV:
         capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
         shape = (batch, kv_heads, capacity, head_dim)
-        keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        for tensor in (*keys, *values):  # one compiled graph serves every capacity
-            torch._dynamo.maybe_mark_dynamic(tensor, 2)
+        keys = [_marked(torch.zeros(shape, dtype=dtype, device=device)) for _ in range(layers)]
+        values = [_marked(torch.zeros(shape, dtype=dtype, device=device)) for _ in range(layers)]
         return cls(keys, values, torch.zeros(batch, dtype=torch.long, device=device))
 
     @property
@@ -98,5 +96,9 @@ def _widened(tensor: torch.Tensor, capacity: int) -> torch.Tensor:
 
 
 def _marked(tensor: torch.Tensor) -> torch.Tensor:
+    """One compiled graph serves every capacity (dim 2) and every batch size above 1 (dim 0): the first graph
+    for batches is compiled with both symbolic, not specialised on its first batch size and compiled again
+    (a minute on a small CPU) at the next one."""
+    torch._dynamo.maybe_mark_dynamic(tensor, 0)
     torch._dynamo.maybe_mark_dynamic(tensor, 2)
     return tensor

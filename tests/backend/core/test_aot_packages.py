@@ -190,3 +190,26 @@ def test_only_single_sequence_passes_over_dense_caches_of_exported_capacities_ta
     assert first.packages.fits(1, first.new_cache(300))
     assert not first.packages.fits(2, first.new_cache(300, batch=2))  # batches stay on torch.compile
     assert not first.packages.fits(1, first.new_cache(128 * 513))
+
+
+def test_the_first_batch_graphs_serve_every_later_batch_size(packaged):
+    """With packages serving single sequences, the first batch graphs are compiled at some batch size
+    with the cache's batch dimension symbolic: a later batch size reuses them, not a recompilation (a
+    minute per graph on the default model, paid inside the first timed configuration of a sweep)."""
+    model, first = packaged
+    eager = FastForward(model.model, compiled=False)
+
+    def batched_pass(batch: int, width: int) -> None:
+        ids = torch.tensor(
+            [[PROMPT[(row + step) % len(PROMPT)] for step in range(width)] for row in range(batch)]
+        )  # [B, T]
+        got = first.forward(ids, first.new_cache(64, batch=batch)).logits
+        want = eager.forward(ids, eager.new_cache(64, batch=batch)).logits
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+
+    for width in (1, 3):
+        batched_pass(2, width)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for batch, width in ((4, 1), (4, 3), (3, 5), (16, 1)):
+        batched_pass(batch, width)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
