@@ -49,11 +49,6 @@ def main() -> int:
     head.eval()
     parts = frozen_target_parts(target)
     needed = set(kind.training_layers(target, settings))
-    d2t = getattr(head, "d2t", None)
-    if d2t is None:
-        d2t = getattr(head, DRAFT_VOCABULARY, None)
-    in_vocabulary = torch.zeros(target.facts.vocab_size, dtype=torch.bool)
-    in_vocabulary[d2t.cpu() if d2t is not None else slice(None)] = True
     caches = sorted(default_cache_root().glob(f"{target.fingerprint[:16]}-*"))
     print(f"{kind_name} from {args.folder}: teacher-forced agreement with the target's argmax, per draft position")
     for cache in caches:
@@ -64,26 +59,53 @@ def main() -> int:
             data = DistilledData((cache,), layers, split)
             if not data.shards():
                 continue
-            sums: list[float] = []
-            done = covered = scored = 0
-            torch.manual_seed(0)  # block drafters draw their anchors
-            with torch.no_grad():
-                for batch in batches(data, WINDOW, ROWS, target.device, torch.float32, epochs=1):
-                    if done == args.batches:
-                        break
-                    done += 1
-                    _, metrics = kind.training_loss(head, parts, batch)
-                    shares = agreement(metrics)
-                    sums = [a + b for a, b in zip(sums, shares, strict=True)] if sums else shares
-                    following = batch.input_ids[:, 1:][batch.loss_mask[:, :-1]]  # [n]: the target's next tokens
-                    covered += int(in_vocabulary[following.cpu()].sum())
-                    scored += following.numel()
-            shown = "  ".join(f"draft {j + 1} {total / done:.1%}" for j, total in enumerate(sums))
+            shares, covered = split_agreement(
+                kind, head, parts, data, draft_vocabulary(head, target), args.batches, target.device
+            )
+            shown = "  ".join(f"draft {j + 1} {share:.1%}" for j, share in enumerate(shares))
             print(
                 f"{cache.name} {split:10s} {data.tokens():>8} tokens  {shown}  "
-                f"draft vocabulary holds {covered / max(scored, 1):.1%} of next tokens"
+                f"draft vocabulary holds {covered:.1%} of next tokens"
             )
     return 0
+
+
+def draft_vocabulary(head: torch.nn.Module, target) -> torch.Tensor:
+    """[V] bool: the target's tokens the head can draft (its d2t rows; every token for a whole-vocabulary head)."""
+    d2t = getattr(head, "d2t", None)
+    if d2t is None:
+        d2t = getattr(head, DRAFT_VOCABULARY, None)
+    in_vocabulary = torch.zeros(target.facts.vocab_size, dtype=torch.bool)
+    in_vocabulary[d2t.cpu() if d2t is not None else slice(None)] = True
+    return in_vocabulary
+
+
+@torch.no_grad()
+def split_agreement(
+    kind,
+    head: torch.nn.Module,
+    parts,
+    data: DistilledData,
+    in_vocabulary: torch.Tensor,
+    batch_count: int,
+    device: torch.device,
+) -> tuple[list[float], float]:
+    """Over the first `batch_count` batches of one split: the mean agreement at each draft position, and the
+    share of the target's next tokens the draft vocabulary holds."""
+    sums: list[float] = []
+    done = covered = scored = 0
+    torch.manual_seed(0)  # block drafters draw their anchors
+    for batch in batches(data, WINDOW, ROWS, device, torch.float32, epochs=1):
+        if done == batch_count:
+            break
+        done += 1
+        _, metrics = kind.training_loss(head, parts, batch)
+        shares = agreement(metrics)
+        sums = [a + b for a, b in zip(sums, shares, strict=True)] if sums else shares
+        following = batch.input_ids[:, 1:][batch.loss_mask[:, :-1]]  # [n]: the target's next tokens
+        covered += int(in_vocabulary[following.cpu()].sum())
+        scored += following.numel()
+    return [total / max(done, 1) for total in sums], covered / max(scored, 1)
 
 
 def agreement(metrics: dict) -> list[float]:
