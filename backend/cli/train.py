@@ -48,9 +48,9 @@ def add_train_parser(commands) -> None:
     trainer.add_argument(
         "--teacher",
         choices=("generate", "prefill", "mix"),
-        default="generate",
-        help="generate: the target answers the instructions; prefill: it reads existing answers once (cheaper); "
-        "mix: both, --data-tokens each",
+        default="mix",
+        help="mix (default, every shipped drafter's last round): both of these, --data-tokens each; "
+        "generate: the target answers the instructions; prefill: it reads existing answers once (cheaper)",
     )
     trainer.add_argument(
         "--distil-only",
