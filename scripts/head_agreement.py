@@ -49,6 +49,7 @@ def main() -> int:
     head.eval()
     parts = frozen_target_parts(target)
     needed = set(kind.training_layers(target, settings))
+    draftable = draftable_tokens(head, target)
     caches = sorted(default_cache_root().glob(f"{target.fingerprint[:16]}-*"))
     print(f"{kind_name} from {args.folder}: teacher-forced agreement with the target's argmax, per draft position")
     for cache in caches:
@@ -59,9 +60,7 @@ def main() -> int:
             data = DistilledData((cache,), layers, split)
             if not data.shards():
                 continue
-            shares, covered = split_agreement(
-                kind, head, parts, data, draft_vocabulary(head, target), args.batches, target.device
-            )
+            shares, covered = split_agreement(kind, head, parts, data, draftable, args.batches, target.device)
             shown = "  ".join(f"draft {j + 1} {share:.1%}" for j, share in enumerate(shares))
             print(
                 f"{cache.name} {split:10s} {data.tokens():>8} tokens  {shown}  "
@@ -70,7 +69,7 @@ def main() -> int:
     return 0
 
 
-def draft_vocabulary(head: torch.nn.Module, target) -> torch.Tensor:
+def draftable_tokens(head: torch.nn.Module, target) -> torch.Tensor:
     """[V] bool: the target's tokens the head can draft (its d2t rows; every token for a whole-vocabulary head)."""
     d2t = getattr(head, "d2t", None)
     if d2t is None:

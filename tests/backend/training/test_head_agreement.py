@@ -11,7 +11,7 @@ from backend.drafters import eagle3
 from backend.drafters.trained import TargetParts
 from backend.training import student
 from backend.training.kinds import KINDS
-from scripts.head_agreement import agreement, draft_vocabulary, split_agreement
+from scripts.head_agreement import agreement, draftable_tokens, split_agreement
 from tests.helpers.trained import batch_of, random_prompts
 
 STUDENT_SHAPE = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
@@ -33,7 +33,7 @@ def test_every_kinds_metrics_read_as_a_share_per_draft_position(tiny, name):
 def test_the_target_as_its_own_student_agrees_everywhere_and_a_fresh_one_does_not(tiny, distilled):
     train_data, _, _ = distilled
     parts = TargetParts.of(tiny)
-    whole = draft_vocabulary(tiny.model, tiny)
+    whole = draftable_tokens(tiny.model, tiny)
     assert bool(whole.all())  # no reduced vocabulary: every token
     own, covered = split_agreement(student, tiny.model, parts, train_data, whole, 2, tiny.device)
     assert own == [1.0] and covered == 1.0
@@ -41,11 +41,11 @@ def test_the_target_as_its_own_student_agrees_everywhere_and_a_fresh_one_does_no
     assert len(fresh) == 1 and fresh[0] < 0.9
 
 
-def test_the_draft_vocabulary_holds_only_its_tokens_and_its_coverage_counts_them(tiny, distilled):
+def test_a_reduced_draft_vocabulary_holds_only_its_tokens_and_its_coverage_counts_them(tiny, distilled):
     train_data, _, _ = distilled
     parts = TargetParts.of(tiny)
     d2t = torch.tensor([0, 3, 5, 7, 11, 13])
-    reduced = draft_vocabulary(eagle3.new_head(tiny, d2t=d2t), tiny)
+    reduced = draftable_tokens(eagle3.new_head(tiny, d2t=d2t), tiny)
     assert reduced.nonzero().flatten().tolist() == d2t.tolist()
     _, whole_coverage = split_agreement(
         student, tiny.model, parts, train_data, torch.ones_like(reduced), 2, tiny.device
