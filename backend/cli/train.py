@@ -69,6 +69,13 @@ def add_train_parser(commands) -> None:
     trainer.add_argument("--lr", type=float, default=1e-3)
     trainer.add_argument("--validate-every", type=int, default=100)
     trainer.add_argument(
+        "--feature-noise",
+        type=float,
+        default=0.0,
+        help="eagle3 and mtp: uniform noise on the target states the head reads while training, up to this "
+        "share of each state's RMS (0.1: +-10%%; EAGLE's regulariser); 0: none",
+    )
+    trainer.add_argument(
         "--precision",
         choices=("auto", "fp32", "bf16"),
         default="auto",

@@ -98,11 +98,29 @@ class FeatureHead(TrainedHead):
 
     begin(features [..., F])              -> the state step 0 starts from, [..., H]
     step(embeds, h, positions, memory)    -> one draft step's output [B, T, H] (memory: DraftCache / TTTMemory)
-    """
+
+    `feature_noise` (training only, `train --feature-noise`): in training mode each target state it reads gets
+    uniform noise of up to that share of its own RMS per position (see `with_uniform_noise`)."""
+
+    feature_noise: float = 0.0
 
     def features(self, hidden: dict[int, torch.Tensor]) -> torch.Tensor:
         """What the head keeps per position: its target hidden states side by side, [..., F]."""
-        return torch.cat([hidden[layer] for layer in self.feature_layers], dim=-1)
+        states = [hidden[layer] for layer in self.feature_layers]
+        if self.training and self.feature_noise > 0:
+            states = [with_uniform_noise(state, self.feature_noise) for state in states]
+        return torch.cat(states, dim=-1)
+
+
+def with_uniform_noise(state: torch.Tensor, level: float) -> torch.Tensor:
+    """state [..., H] + level * rms(state) * U(-1, 1), the RMS taken per position over H.
+
+    EAGLE trains its head on target features with uniform noise added (SafeAILab/EAGLE `eagle/train/main.py`,
+    `AddUniformNoise`, an absolute amplitude): at drafting time the head reads states it has never seen, and
+    after its first step its own imperfect outputs. Here the amplitude is relative to each state's size,
+    so one level serves layers whose states differ in scale (a low layer's against a high one's)."""
+    rms = state.float().pow(2).mean(-1, keepdim=True).sqrt().to(state.dtype)  # [..., 1]
+    return state + level * rms * (2 * torch.rand_like(state) - 1)
 
 
 def unroll(

@@ -21,8 +21,10 @@ import torch
 
 from backend.core.drafter import Drafter
 from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
 from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
+from backend.drafters.feature_chain import FeatureHead
 from backend.drafters.trained import TargetParts, TrainBatch
 from backend.training.corpus import Instruction
 from backend.training.dataset import DistilledData, batches
@@ -47,6 +49,7 @@ class TrainSettings:
     minutes: float | None = None  # a wall-clock budget: training stops at `tokens` or here, whichever is first
     timed_validations: int = 5  # with a budget, validate at each 1/n of it (as well as every validate_every steps)
     autocast_dtype: torch.dtype | None = None  # autocast's compute dtype for the head's passes (bf16); None: off
+    feature_noise: float = 0.0  # a chain head's input noise, a share of each state's RMS (FeatureHead)
 
     @property
     def steps(self) -> int:
@@ -117,6 +120,10 @@ def train(
     the trained weights `head` holds (--init-from), kept in the report so that the card counts their steps,
     tokens and time before this training's own; a checkpoint's report keeps its own origin."""
     parts = frozen_target_parts(target)
+    if settings.feature_noise:
+        if not isinstance(head, FeatureHead):
+            raise SpecScopeError(f"feature noise is for the chain heads (eagle3, mtp), not {type(head).__name__}")
+        head.feature_noise = settings.feature_noise
     optimizer = head_optimizer(head, settings.learning_rate)
     report = TrainReport(0, 0.0, origin=origin)
     started = time.perf_counter()

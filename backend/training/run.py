@@ -40,6 +40,8 @@ def train_command(args: argparse.Namespace, load_target) -> int:
     kind = kind_named(args.kind)
     if args.minutes is not None and args.minutes <= 0:
         raise SpecScopeError(f"--minutes must be positive (got {args.minutes:g}); leave it out to train by --tokens")
+    if args.feature_noise < 0:
+        raise SpecScopeError(f"--feature-noise is a share of each state's size, 0 or more (got {args.feature_noise:g})")
     if args.ship and Path(args.ship).resolve() == Path(args.out).resolve():
         raise SpecScopeError("--ship names the shipped folder the new weights may replace: give --out another folder")
     if args.init_from and args.settings:
@@ -57,6 +59,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         minutes=args.minutes,
         validation_prompts=args.validation_prompts,
         autocast_dtype=_autocast_dtype(args.precision, target.device),
+        feature_noise=args.feature_noise,
     )
     head_settings, head, origin = args.settings, None, None
     if args.init_from:  # read before distilling: a wrong folder fails at once

@@ -87,6 +87,27 @@ def test_shapes_on_a_training_batch(tiny):
     assert all(0 <= metrics[f"acc_step{j}"] <= 1 for j in range(3))
 
 
+@pytest.mark.parametrize("module", [eagle3, mtp])
+def test_feature_noise_is_bounded_by_each_states_rms_and_only_in_training(tiny, module):
+    torch.manual_seed(0)
+    batch = batch_of(tiny, [PROMPT, PROMPT[::-1]])
+    head = module.new_head(tiny)
+    clean = head.features(batch.hidden)  # [B, T, F]
+    head.feature_noise = 0.1
+    head.train()
+    noisy, again = head.features(batch.hidden), head.features(batch.hidden)
+    assert not torch.equal(noisy, again)  # fresh noise on every pass
+    size = head.parts.hidden_size
+    for index, layer in enumerate(head.feature_layers):
+        state = batch.hidden[layer]  # [B, T, H]
+        rms = state.pow(2).mean(-1, keepdim=True).sqrt()  # [B, T, 1]
+        shift = (noisy[..., index * size : (index + 1) * size] - state).abs() / rms  # [B, T, H], in units of RMS
+        assert shift.max() <= 0.1 + 1e-5  # a share of each position's own size: never more than the level
+        assert 0.04 < shift.mean() < 0.06  # |U(-1, 1)| averages 1/2
+    head.eval()
+    assert torch.equal(head.features(batch.hidden), clean)  # drafting reads the states as they are
+
+
 def test_training_time_test_never_sees_later_positions(tiny):
     check_causal(eagle3, tiny)
 

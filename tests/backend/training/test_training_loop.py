@@ -15,6 +15,7 @@ import torch
 from torch.nn import functional as F
 
 from backend.core.engine import GenerationSettings, SpeculativeEngine
+from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions, build_drafter, eagle3
 from backend.drafters.trained import TargetParts, teacher_logits
 from backend.training.card import training_runs, write_card
@@ -137,6 +138,20 @@ def test_steps_from_a_checkpoint_that_kept_no_runs_count_as_one_unrecorded_run()
     assert training_runs(TrainReport(10, 1.0)) == [{"from_step": 0, "data": runs[0]["data"], "to_step": 10}]
 
 
+def test_feature_noise_trains_a_chain_head_and_is_refused_for_other_kinds(tiny, data, tmp_path):
+    torch.manual_seed(0)
+    train_data, validation_data, validation = data
+    settings = TrainSettings(**{**small_settings(30).__dict__, "feature_noise": 0.2})
+    head = KINDS["eagle3"].new_head(tiny, {"draft_vocab_size": 48})
+    report = train(KINDS["eagle3"], tiny, head, train_data, validation_data, validation, settings, tmp_path / "e")
+    assert head.feature_noise == 0.2
+    first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
+    assert last < first, (first, last)
+    dflash = KINDS["dflash"].new_head(tiny, {"draft_vocab_size": 48})
+    with pytest.raises(SpecScopeError, match="feature noise is for the chain heads"):
+        train(KINDS["dflash"], tiny, dflash, train_data, validation_data, validation, settings, tmp_path / "d")
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -144,6 +159,7 @@ def test_steps_from_a_checkpoint_that_kept_no_runs_count_as_one_unrecorded_run()
         (["--kind", "eagle3", "--settings", '{"layers": [99]}'], "layers must be hidden-state indices"),
         (["--kind", "eagle3", "--settings", "{layers: [9]}"], "expected a JSON object"),
         (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
+        (["--kind", "eagle3", "--feature-noise", "-0.1"], "--feature-noise is a share of each state's size"),
         (["--kind", "eagle3", "--ship", "{out}"], "give --out another folder"),
         (["--kind", "eagle3", "--init-from", "{out}", "--settings", '{"layers": [1]}'], "leave out --settings"),
         (["--kind", "eagle3", "--init-from", "{out}"], "no trained eagle3 drafter at"),
