@@ -122,7 +122,7 @@ def train(
     parts = frozen_target_parts(target)
     if settings.feature_noise:
         if not isinstance(head, FeatureHead):
-            raise SpecScopeError(f"feature noise is for the chain heads (eagle3, mtp), not {type(head).__name__}")
+            raise SpecScopeError(f"feature noise is for the chain heads (eagle3, mtp), not {kind.KIND}")
         head.feature_noise = settings.feature_noise
     optimizer = head_optimizer(head, settings.learning_rate)
     report = TrainReport(0, 0.0, origin=origin)

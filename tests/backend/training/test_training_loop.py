@@ -148,7 +148,7 @@ def test_feature_noise_trains_a_chain_head_and_is_refused_for_other_kinds(tiny, 
     first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
     assert last < first, (first, last)
     dflash = KINDS["dflash"].new_head(tiny, {"draft_vocab_size": 48})
-    with pytest.raises(SpecScopeError, match="feature noise is for the chain heads"):
+    with pytest.raises(SpecScopeError, match="feature noise is for the chain heads \\(eagle3, mtp\\), not dflash"):
         train(KINDS["dflash"], tiny, dflash, train_data, validation_data, validation, settings, tmp_path / "d")
 
 
