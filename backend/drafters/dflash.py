@@ -48,6 +48,7 @@ from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch, TrainedHead
 
 KIND = "dflash"
+FEATURE_NOISE = False  # not a FeatureHead: train --feature-noise is refused
 # parameter names of folders written before DFlash's layers became the shared draft layer (draft_layer.py)
 LEGACY_LAYER_NAMES = {
     "q": "q_proj",

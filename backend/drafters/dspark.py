@@ -52,6 +52,7 @@ from backend.drafters.trained import TargetParts, TrainBatch, TrainedHead, pick_
 from backend.drafters.tree_growth import Children, grow, top_children
 
 KIND = "dspark"
+FEATURE_NOISE = False  # not a FeatureHead: train --feature-noise is refused
 INITIAL_CONFIDENCE_LOGIT = 4.0  # sigmoid(4) = 0.98: an untrained head drafts whole blocks
 
 

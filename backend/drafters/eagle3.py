@@ -31,6 +31,7 @@ from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch
 
 KIND = "eagle3"
+FEATURE_NOISE = True  # a FeatureHead: it can train with noise on the states it reads (train --feature-noise)
 STEP_DECAY = 0.8  # SafeAILab's per-step loss weight 0.8**j
 
 

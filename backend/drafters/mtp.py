@@ -34,6 +34,7 @@ from backend.drafters.spec import trained_spec
 from backend.drafters.trained import TargetParts, TrainBatch, whole_vocabulary
 
 KIND = "mtp"
+FEATURE_NOISE = True  # a FeatureHead: it can train with noise on the states it reads (train --feature-noise)
 STEP_BETA = 0.6  # FastMTP's step weights beta^k / sum_j beta^j
 
 

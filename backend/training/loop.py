@@ -24,7 +24,6 @@ from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
 from backend.core.metrics import acceptance_stats
 from backend.core.models import LoadedModel
-from backend.drafters.feature_chain import FeatureHead
 from backend.drafters.trained import TargetParts, TrainBatch
 from backend.training.corpus import Instruction
 from backend.training.dataset import DistilledData, batches
@@ -65,6 +64,7 @@ class TrainableKind(Protocol):
     """What every trained kind's module exposes, the same for all (eagle3, mtp, dflash, dspark, draft-model)."""
 
     KIND: str
+    FEATURE_NOISE: bool  # can its head train with noise on the target states it reads (train --feature-noise)?
 
     def training_layers(self, target: LoadedModel, settings: dict | None = None) -> tuple[int, ...]:
         """The target hidden states (HF numbering) a TrainBatch must carry for a head with these settings."""
@@ -118,11 +118,11 @@ def train(
     keeps the list, so the weights' history survives resuming with other data. `progress` hears each step's
     loss, metrics and training seconds so far (over every run, validation not counted). `origin`: the card of
     the trained weights `head` holds (--init-from), kept in the report so that the card counts their steps,
-    tokens and time before this training's own; a checkpoint's report keeps its own origin."""
+    tokens and time before this training's own; a checkpoint's report keeps its own origin. Returns with the
+    head in eval mode, as it was saved."""
+    refuse_feature_noise(kind, settings.feature_noise)
     parts = frozen_target_parts(target)
     if settings.feature_noise:
-        if not isinstance(head, FeatureHead):
-            raise SpecScopeError(f"feature noise is for the chain heads (eagle3, mtp), not {kind.KIND}")
         head.feature_noise = settings.feature_noise
     optimizer = head_optimizer(head, settings.learning_rate)
     report = TrainReport(0, 0.0, origin=origin)
@@ -154,8 +154,15 @@ def train(
             _checkpoint(out / CHECKPOINT, head, optimizer, schedule, report)
         progress(done, settings.steps, {"loss": float(loss.detach()), **metrics, "seconds": seconds})
         started = time.perf_counter() - report.seconds
+    head.eval()
     kind.save(head, target, out)
     return report
+
+
+def refuse_feature_noise(kind: TrainableKind, noise: float) -> None:
+    """One sentence when feature noise is asked of a kind whose head cannot train with it (only chain heads can)."""
+    if noise and not kind.FEATURE_NOISE:
+        raise SpecScopeError(f"feature noise is for the chain heads (eagle3, mtp), not {kind.KIND}")
 
 
 def frozen_target_parts(target: LoadedModel) -> TargetParts:

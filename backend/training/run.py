@@ -22,7 +22,7 @@ from backend.training.card import read_card, suite_acceptance, threads_text, wri
 from backend.training.corpus import build_instructions, held_out
 from backend.training.dataset import DistilledData, distil
 from backend.training.kinds import KINDS, kind_named
-from backend.training.loop import TrainReport, TrainSettings, native_bf16, train
+from backend.training.loop import TrainReport, TrainSettings, native_bf16, refuse_feature_noise, train
 from backend.training.readings import build_readings
 from backend.training.rounds import gain_text, ship_if_better
 
@@ -42,6 +42,7 @@ def train_command(args: argparse.Namespace, load_target) -> int:
         raise SpecScopeError(f"--minutes must be positive (got {args.minutes:g}); leave it out to train by --tokens")
     if args.feature_noise < 0:
         raise SpecScopeError(f"--feature-noise is a share of each state's size, 0 or more (got {args.feature_noise:g})")
+    refuse_feature_noise(kind, args.feature_noise)  # before distilling, which may take hours
     if args.ship and Path(args.ship).resolve() == Path(args.out).resolve():
         raise SpecScopeError("--ship names the shipped folder the new weights may replace: give --out another folder")
     if args.init_from and args.settings:

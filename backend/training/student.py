@@ -64,6 +64,7 @@ from backend.drafters.shared_student import (
 )
 from backend.drafters.trained import DrafterWeightsError, TargetParts, TrainBatch, teacher_logits
 
+FEATURE_NOISE = False  # a language model of its own, not a FeatureHead: train --feature-noise is refused
 SHARED_LAYERS = 2  # a shared-embedding student's default depth
 DRAFT_VOCABULARY = "draft_vocabulary"  # the buffer holding a shared-embedding student's d2t [Vd]
 TARGET_SHAPE = ("hidden_size", "num_heads", "num_kv_heads", "intermediate_size")  # the target's, when shared

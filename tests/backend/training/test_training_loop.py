@@ -50,6 +50,7 @@ def test_every_kind_trains_validates_saves_and_loads_losslessly(tiny, data, tmp_
     train_data, validation_data, validation = data
     head = kind.new_head(tiny, HEAD_SETTINGS.get(name, {"draft_vocab_size": 48}))
     report = train(kind, tiny, head, train_data, validation_data, validation, small_settings(30), tmp_path)
+    assert not head.training, "train returns the head in eval mode, as it saved it"
     assert report.steps == 30 and report.validation and report.validation[-1]["al"] >= 1.0
     assert math.isfinite(report.validation[-1]["validation_loss"])
     first, last = report.train_loss[0][1], sum(loss for _, loss in report.train_loss[-5:]) / 5
@@ -160,6 +161,7 @@ def test_feature_noise_trains_a_chain_head_and_is_refused_for_other_kinds(tiny, 
         (["--kind", "eagle3", "--settings", "{layers: [9]}"], "expected a JSON object"),
         (["--kind", "eagle3", "--minutes", "0"], "--minutes must be positive"),
         (["--kind", "eagle3", "--feature-noise", "-0.1"], "--feature-noise is a share of each state's size"),
+        (["--kind", "dflash", "--feature-noise", "0.2"], "for the chain heads (eagle3, mtp), not dflash"),
         (["--kind", "eagle3", "--ship", "{out}"], "give --out another folder"),
         (["--kind", "eagle3", "--init-from", "{out}", "--settings", '{"layers": [1]}'], "leave out --settings"),
         (["--kind", "eagle3", "--init-from", "{out}"], "no trained eagle3 drafter at"),
@@ -179,6 +181,7 @@ def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
         env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")},
     )
     assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert not list((tmp_path / "cache").rglob("*.safetensors")), "bad input is refused before anything is distilled"
 
 
 def test_train_command_end_to_end(tiny, tmp_path):
