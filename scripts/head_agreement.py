@@ -50,12 +50,18 @@ def main() -> int:
     parts = frozen_target_parts(target)
     needed = set(kind.training_layers(target, settings))
     draftable = draftable_tokens(head, target)
-    caches = sorted(default_cache_root().glob(f"{target.fingerprint[:16]}-*"))
+    caches = usable_caches(default_cache_root(), target, needed)
+    if not caches:
+        print(
+            f"error: no distillation cache of the default target under {default_cache_root()} holds the hidden "
+            f"states the {kind_name} head reads: fill one with `python -m backend train --kind {kind_name} --out "
+            "runs/distil --distil-only`",
+            file=sys.stderr,
+        )
+        return 2
     print(f"{kind_name} from {args.folder}: teacher-forced agreement with the target's argmax, per draft position")
     for cache in caches:
         layers = tuple(json.loads((cache / "manifest.json").read_text())["layers"])
-        if not needed <= set(layers):
-            continue
         for split in ("train", "validation"):
             data = DistilledData((cache,), layers, split)
             if not data.shards():
@@ -67,6 +73,12 @@ def main() -> int:
                 f"draft vocabulary holds {covered:.1%} of next tokens"
             )
     return 0
+
+
+def usable_caches(root: Path, target, needed: set[int]) -> list[Path]:
+    """The distillation caches of `target` under `root` whose shards hold every hidden state in `needed`."""
+    caches = sorted(root.glob(f"{target.fingerprint[:16]}-*"))
+    return [cache for cache in caches if needed <= set(json.loads((cache / "manifest.json").read_text())["layers"])]
 
 
 def draftable_tokens(head: torch.nn.Module, target) -> torch.Tensor:

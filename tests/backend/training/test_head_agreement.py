@@ -1,6 +1,6 @@
 """scripts/head_agreement.py on the tiny target: every trainable kind's loss metrics read as one agreement
 share per draft position, the target as its own student agrees everywhere, and the draft vocabulary's
-coverage counts the next tokens a reduced vocabulary holds."""
+coverage counts the next tokens a reduced vocabulary holds; only caches holding the states a head reads are used."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from backend.drafters import eagle3
 from backend.drafters.trained import TargetParts
 from backend.training import student
 from backend.training.kinds import KINDS
-from scripts.head_agreement import agreement, draftable_tokens, split_agreement
+from scripts.head_agreement import agreement, draftable_tokens, split_agreement, usable_caches
 from tests.helpers.trained import batch_of, random_prompts
 
 STUDENT_SHAPE = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64}
@@ -52,3 +52,12 @@ def test_a_reduced_draft_vocabulary_holds_only_its_tokens_and_its_coverage_count
     )
     _, reduced_coverage = split_agreement(student, tiny.model, parts, train_data, reduced, 2, tiny.device)
     assert whole_coverage == 1.0 and reduced_coverage < 1.0
+
+
+def test_only_caches_holding_every_state_a_head_reads_are_used(tiny, distilled, tmp_path):
+    train_data, _, _ = distilled
+    (cache,) = train_data.folders
+    layers = set(train_data.layers)
+    assert usable_caches(cache.parent, tiny, layers) == [cache]
+    assert usable_caches(cache.parent, tiny, layers | {max(layers) + 1}) == []  # a state it does not hold
+    assert usable_caches(tmp_path, tiny, layers) == []  # no cache at all: the script says how to fill one
