@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from backend.cli.arg_types import json_object
 from backend.cli.common import add_target_args
@@ -35,12 +36,20 @@ def bench_train_step_command(args: argparse.Namespace) -> int:
     from backend.cli.common import load_target
     from backend.training.card import threads_text
     from backend.training.kinds import kind_named
+    from backend.training.loop import native_bf16
     from backend.training.step_timing import time_training_steps
 
     kind = kind_named(args.kind)
     if min(args.rows, args.window, args.repeats) < 1 or args.window < 2:
         raise SpecScopeError("--rows and --repeats must be at least 1 and --window at least 2")
-    report = time_training_steps(kind, load_target(args), args.settings, args.rows, args.window, args.repeats)
+    target = load_target(args)
+    slow = "" if native_bf16(target.device) else " (bf16 is emulated here: its steps may take 20x as long as fp32's)"
+    print(
+        f"timing {1 + args.repeats} {kind.KIND} steps of {args.rows} x {args.window} tokens per precision{slow} ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    report = time_training_steps(kind, target, args.settings, args.rows, args.window, args.repeats)
     native = "in hardware" if report["native_bf16"] else "emulated (no native bf16 on this device)"
     print(
         f"{report['kind']} training step, {report['rows']} x {report['window']} tokens, on {report['device']} "

@@ -46,6 +46,7 @@ def test_the_command_prints_a_table_and_json(tiny, tmp_path):
     assert lines[0].startswith("eagle3 training step, 2 x 16 tokens") and lines[1].split()[0] == "precision"
     assert [line.split()[0] for line in lines[2:4]] == ["fp32", "bf16"]
     assert [row["precision"] for row in json.loads(lines[-1])["results"]] == ["fp32", "bf16"]
+    assert "timing 2 eagle3 steps of 2 x 16 tokens per precision" in done.stderr  # said before the wait
 
 
 @pytest.mark.parametrize(
