@@ -50,18 +50,18 @@ def main() -> int:
     parts = frozen_target_parts(target)
     needed = set(kind.training_layers(target, settings))
     draftable = draftable_tokens(head, target)
-    caches = usable_caches(default_cache_root(), target, needed)
+    root = default_cache_root()
+    caches = usable_caches(root, target, needed)
     if not caches:
         print(
-            f"error: no distillation cache of the default target under {default_cache_root()} holds the hidden "
+            f"error: no distillation cache of the default target under {root} holds the hidden "
             f"states the {kind_name} head reads: fill one with `python -m backend train --kind {kind_name} --out "
             "runs/distil --distil-only`",
             file=sys.stderr,
         )
         return 2
     print(f"{kind_name} from {args.folder}: teacher-forced agreement with the target's argmax, per draft position")
-    for cache in caches:
-        layers = tuple(json.loads((cache / "manifest.json").read_text())["layers"])
+    for cache, layers in caches:
         for split in ("train", "validation"):
             data = DistilledData((cache,), layers, split)
             if not data.shards():
@@ -75,10 +75,14 @@ def main() -> int:
     return 0
 
 
-def usable_caches(root: Path, target, needed: set[int]) -> list[Path]:
-    """The distillation caches of `target` under `root` whose shards hold every hidden state in `needed`."""
-    caches = sorted(root.glob(f"{target.fingerprint[:16]}-*"))
-    return [cache for cache in caches if needed <= set(json.loads((cache / "manifest.json").read_text())["layers"])]
+def usable_caches(root: Path, target, needed: set[int]) -> list[tuple[Path, tuple[int, ...]]]:
+    """(folder, the hidden states its shards hold) of each distillation cache of `target` under `root` that holds
+    every hidden state in `needed`."""
+    caches = [
+        (cache, tuple(json.loads((cache / "manifest.json").read_text())["layers"]))
+        for cache in sorted(root.glob(f"{target.fingerprint[:16]}-*"))
+    ]
+    return [(cache, layers) for cache, layers in caches if needed <= set(layers)]
 
 
 def draftable_tokens(head: torch.nn.Module, target) -> torch.Tensor:

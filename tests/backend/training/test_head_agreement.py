@@ -58,6 +58,6 @@ def test_only_caches_holding_every_state_a_head_reads_are_used(tiny, distilled, 
     train_data, _, _ = distilled
     (cache,) = train_data.folders
     layers = set(train_data.layers)
-    assert usable_caches(cache.parent, tiny, layers) == [cache]
+    assert usable_caches(cache.parent, tiny, layers) == [(cache, train_data.layers)]
     assert usable_caches(cache.parent, tiny, layers | {max(layers) + 1}) == []  # a state it does not hold
     assert usable_caches(tmp_path, tiny, layers) == []  # no cache at all: the script says how to fill one
