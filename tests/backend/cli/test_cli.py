@@ -1,4 +1,5 @@
-"""`python -m backend` as a user runs it: real subprocesses, a tiny model folder, the real default."""
+"""`python -m backend` as a user runs it: real subprocesses, a tiny model folder, the real default; help and
+refusals of bad input run the same `main` in-process (tests/helpers/cli.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from backend.cli.main import main
+from tests.helpers.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -38,9 +40,9 @@ def tiny_suite(tmp_path_factory) -> str:
     "command",
     [[], ["generate"], ["bench"], ["bench", "speed"], ["bench", "sweep"], ["export", "eagle3"], ["training-data"]],
 )
-def test_every_command_has_help(command):
-    result = cli(*command, "--help")
-    assert "usage:" in result.stdout
+def test_every_command_has_help(command, capsys):
+    ran = run_main([*command, "--help"], capsys)
+    assert ran.status == 0 and "usage:" in ran.stdout
 
 
 def test_generate_json_is_lossless_and_complete(tiny_folder):
@@ -225,11 +227,11 @@ def test_bad_input_is_one_clear_line(args, message, tiny_folder, capsys):
     assert stderr.startswith("error:") and message in stderr and stderr.count("\n") == 1
 
 
-def test_prompt_longer_than_the_context(tiny_folder, tmp_path):
+def test_prompt_longer_than_the_context(tiny_folder, tmp_path, capsys):
     prompt = tmp_path / "long.txt"
     prompt.write_text(" ".join(["w7"] * 600))  # the tiny model's context is 512
-    result = cli("generate", "--prompt-file", str(prompt), "--target", tiny_folder, check=False)
-    assert result.returncode == 2 and "context is 512" in result.stderr and "Traceback" not in result.stderr
+    ran = run_main(["generate", "--prompt-file", str(prompt), "--target", tiny_folder], capsys)
+    assert ran.status == 2 and ran.stderr.startswith("error:") and "context is 512" in ran.last_error
 
 
 @pytest.mark.slow

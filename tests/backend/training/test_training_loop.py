@@ -22,6 +22,7 @@ from backend.training.card import training_runs, write_card
 from backend.training.dataset import distil
 from backend.training.kinds import KINDS
 from backend.training.loop import CHECKPOINT, TrainReport, TrainSettings, mixed_precision, train
+from tests.helpers.cli import run_main
 from tests.helpers.tiny import save_tiny, tiny_instructions
 from tests.helpers.trained import small_settings
 from tests.helpers.workers import ROOT
@@ -167,20 +168,12 @@ def test_feature_noise_trains_a_chain_head_and_is_refused_for_other_kinds(tiny, 
         (["--kind", "eagle3", "--init-from", "{out}"], "no trained eagle3 drafter at"),
     ],
 )
-def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, args, message):
-    folder = save_tiny(tiny, tmp_path / "tiny")
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "backend", "train", "--target", str(folder), "--out", str(tmp_path / "out")),
-            *(arg.replace("{out}", str(tmp_path / "out")) for arg in args),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "SPECSCOPE_CACHE": str(tmp_path / "cache")},
-    )
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, monkeypatch, capsys, args, message):
+    folder, out = save_tiny(tiny, tmp_path / "tiny"), str(tmp_path / "out")
+    monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
+    given = [arg.replace("{out}", out) for arg in args]
+    ran = run_main(["train", "--target", str(folder), "--out", out, *given], capsys)
+    assert ran.status == 2 and "error:" in ran.last_error and message in ran.last_error, ran.stderr
     assert not list((tmp_path / "cache").rglob("*.safetensors")), "bad input is refused before anything is distilled"
 
 
