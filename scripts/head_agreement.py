@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from backend.cli.common import load_target  # noqa: E402
 from backend.drafters.shipped import STUDENT_MARKER  # noqa: E402
-from backend.training.dataset import DistilledData, batches, default_cache_root  # noqa: E402
+from backend.training.dataset import DistilledData, batches, default_cache_root, read_manifest  # noqa: E402
 from backend.training.kinds import kind_named  # noqa: E402
 from backend.training.loop import frozen_target_parts  # noqa: E402
 from backend.training.student import DRAFT_VOCABULARY  # noqa: E402
@@ -79,8 +79,7 @@ def usable_caches(root: Path, target, needed: set[int]) -> list[tuple[Path, tupl
     """(folder, the hidden states its shards hold) of each distillation cache of `target` under `root` that holds
     every hidden state in `needed`."""
     caches = [
-        (cache, tuple(json.loads((cache / "manifest.json").read_text())["layers"]))
-        for cache in sorted(root.glob(f"{target.fingerprint[:16]}-*"))
+        (cache, tuple(read_manifest(cache)["layers"])) for cache in sorted(root.glob(f"{target.fingerprint[:16]}-*"))
     ]
     return [(cache, layers) for cache, layers in caches if needed <= set(layers)]
 

@@ -59,7 +59,7 @@ class DistilledData:
         return [shard for folder in self.folders for shard in sorted(folder.glob(f"{self.split}-shard-*.safetensors"))]
 
     def tokens(self) -> int:
-        return sum(_manifest(folder)["tokens"].get(self.split, 0) for folder in self.folders)
+        return sum(read_manifest(folder)["tokens"].get(self.split, 0) for folder in self.folders)
 
     def __add__(self, other: DistilledData) -> DistilledData:
         if (self.layers, self.split) != (other.layers, other.split):
@@ -100,7 +100,7 @@ def distil(
         f"{target.fingerprint[:16]}-{corpus[:8]}-{'_'.join(map(str, layers))}-{max_new_tokens}"
     )
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = _manifest(folder)
+    manifest = read_manifest(folder)
     done = set(manifest["done"].get(split, []))
     todo = [i for i in instructions if i.split == split and i.instruction_id not in done]
     # a budget short of the whole corpus still samples all of it
@@ -236,7 +236,9 @@ def _write_shard(
     save_file(tensors, str(path))
 
 
-def _manifest(folder: Path) -> dict:
+def read_manifest(folder: Path) -> dict:
+    """A cache folder's manifest: instructions done and tokens per split, the hidden states its shards hold
+    (empty for a folder no shard was written to yet)."""
     path = folder / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else {"done": {}, "tokens": {}, "layers": []}
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from backend.cli.main import main
 from tests.helpers.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -222,9 +221,9 @@ def test_bad_input_is_one_clear_line(args, message, tiny_folder, capsys):
     """In-process (the same `main` the subprocess runs) to keep the suite fast."""
     if "--target" not in args and args[0] == "generate" and "--suite" not in args:
         args = [*args, "--target", tiny_folder]
-    assert main(args) == 2
-    stderr = capsys.readouterr().err
-    assert stderr.startswith("error:") and message in stderr and stderr.count("\n") == 1
+    ran = run_main(args, capsys)
+    assert ran.status == 2 and ran.stderr.startswith("error:") and message in ran.stderr
+    assert ran.stderr.count("\n") == 1
 
 
 def test_prompt_longer_than_the_context(tiny_folder, tmp_path, capsys):

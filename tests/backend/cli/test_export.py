@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from backend.cli.main import main
 from backend.core.models import load_model
 from backend.drafters import eagle3
+from tests.helpers.cli import run_main
 from tests.helpers.tiny import save_tiny
 from tests.helpers.trained import reduced_d2t
 
@@ -71,9 +72,11 @@ def test_export_sglang_prints_sglangs_launch_command(tiny_with_head, tmp_path, c
 )
 def test_bad_input_is_one_clear_line(tiny_with_head, tmp_path, capsys, extra, message):
     target, _ = tiny_with_head
-    assert main(["export", "eagle3", "--target", target, "--out", str(tmp_path / "x"), "--format", "vllm", *extra]) == 2
-    error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and error[0].startswith("error: ") and message in error[0]
+    ran = run_main(
+        ["export", "eagle3", "--target", target, "--out", str(tmp_path / "x"), "--format", "vllm", *extra], capsys
+    )
+    error = ran.stderr.strip().splitlines()
+    assert ran.status == 2 and len(error) == 1 and error[0].startswith("error: ") and message in error[0]
     assert not (tmp_path / "x").exists()
 
 

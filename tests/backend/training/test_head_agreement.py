@@ -61,3 +61,5 @@ def test_only_caches_holding_every_state_a_head_reads_are_used(tiny, distilled, 
     assert usable_caches(cache.parent, tiny, layers) == [(cache, train_data.layers)]
     assert usable_caches(cache.parent, tiny, layers | {max(layers) + 1}) == []  # a state it does not hold
     assert usable_caches(tmp_path, tiny, layers) == []  # no cache at all: the script says how to fill one
+    (tmp_path / f"{tiny.fingerprint[:16]}-unfinished").mkdir()  # a distillation stopped before its first shard
+    assert usable_caches(tmp_path, tiny, layers) == []
