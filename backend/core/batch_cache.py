@@ -10,7 +10,7 @@ engine's target passes take (target_passes.py).
   keeps the slots of its accepted path, the others masked like rejected drafts.
 - `StaticRows` (the compiled fast path): a StaticKV with a length per row. Each row writes its new
   tokens at its own length and keeps its accepted ones by moving that length: no holes, no
-  compaction, as vLLM's per-request sequence lengths over a paged cache (research notes §8.4). A tree
+  compaction, as vLLM's per-request sequence lengths over a paged cache. A tree
   row's accepted path is moved down into place (StaticKV.keep_slots).
 
 Prefill hands each sequence its prompt's hidden states. `RaggedRows` prefills prompts one by one

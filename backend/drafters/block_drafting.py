@@ -1,5 +1,5 @@
 """What the block-parallel drafters (DFlash, DSpark) share: the injected context's keys and values, training
-on anchored blocks (research notes §3.3, after z-lab's DFlash trainer), and the session that drafts a block
+on anchored blocks (after z-lab's DFlash trainer), and the session that drafts a block
 per proposal from one backbone pass: a chain, or a token tree grown from the block's distributions.
 
 The backbone is DFlash's head (dflash.py): `encode_context(hidden, positions)`, `empty_context()`,

@@ -1,4 +1,4 @@
-"""DFlash: a block-parallel drafter that reads the target's hidden states (z-lab DFlash; research notes §3).
+"""DFlash: a block-parallel drafter that reads the target's hidden states (z-lab's DFlash).
 
 An autoregressive drafter pays one forward pass per drafted token; DFlash drafts a whole block in ONE
 pass of a 1-2 layer head. The block is [anchor, MASK x D]: the anchor is the newest committed token
@@ -13,8 +13,9 @@ projected and injected as extra keys/values into each draft layer's attention:
 
 The head borrows the target's token embeddings (frozen, not in its state dict) and owns a reduced
 vocabulary LM head whose rows start as the target's LM-head rows d2t. It trains on anchored blocks
-against the target's own next-token distribution restricted to d2t (§3.3); sessions, anchored blocks
-and the block losses are block_drafting.py's, shared with DSpark, which uses this head as its backbone.
+against the target's own next-token distribution restricted to d2t (as z-lab's DFlash trainer does);
+sessions, anchored blocks and the block losses are block_drafting.py's, shared with DSpark, which uses
+this head as its backbone.
 
 Knows nothing about acceptance, the engine's caches or the training loop.
 """

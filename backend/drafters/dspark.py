@@ -1,5 +1,5 @@
-"""DSpark: the DFlash block drafter plus a sequential Markov head and a confidence head (DeepSpec;
-research notes §4).
+"""DSpark: the DFlash block drafter plus a sequential Markov head and a confidence head (DeepSpec's
+DSpark).
 
 DFlash drafts every slot of a block independently, so a block can say "of of the the". DSpark keeps
 DFlash's one parallel pass (the backbone, imported from dflash.py) and then walks the block left to

@@ -1,8 +1,8 @@
 """EAGLE-3: a one-layer draft head that fuses three of the target's hidden states and drafts a chain of
-tokens, feeding its own output back (Li et al. 2025, SafeAILab/EAGLE; research notes §1). The chain, its
+tokens, feeding its own output back (Li et al. 2025, SafeAILab/EAGLE). The chain, its
 session and the training-time test are feature_chain.py's; this file holds EAGLE-3's own maths.
 
-Alignment (HF `output_hidden_states` numbering, research notes §0.3): f_t is the target's state at
+Alignment (HF `output_hidden_states` numbering): f_t is the target's state at
 position t (the one that predicted x_{t+1}). The head at position t reads the pair (f_t, x_{t+1}) and
 predicts x_{t+2}; its output h_t then replaces f_t for the next draft step:
 

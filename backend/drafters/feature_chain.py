@@ -1,4 +1,4 @@
-"""A chain drafter fed by the target's hidden states: what EAGLE-3 and MTP share (research notes §1, §2).
+"""A chain drafter fed by the target's hidden states: what EAGLE-3 and MTP share.
 The head turns the target's features at the newest committed position into a state h, then drafts one
 token per step, feeding its own output back:
 

@@ -1,5 +1,5 @@
 """MTP: a DeepSeek-V3-style multi-token-prediction module used as a drafter, one module reused for every
-draft step as vLLM does with `deepseek_mtp` (research notes §2). SmolLM2 has no native MTP head, so this
+draft step as vLLM does with `deepseek_mtp`. SmolLM2 has no native MTP head, so this
 one is trained from scratch on the target's final hidden state; it borrows the target's embeddings, final
 norm and LM head (frozen, shared; optionally only the d2t rows, a cheaper deviation from DeepSeek).
 
