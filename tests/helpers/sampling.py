@@ -48,7 +48,7 @@ def sampled_joint(
     engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(samples):
-        # 3 new tokens: the first step drafts 2 deep (the cap leaves room for the target's own token)
+        # 3 new tokens: the first step drafts up to 2 deep (the cap leaves room for the target's own token)
         settings = GenerationSettings(
             max_new_tokens=3,
             draft_len=draft_len,

@@ -3,8 +3,9 @@
 For a tiny random model with 12 tokens, the exact joint distribution of the first two generated
 tokens is computed from the target's logits (after the same temperature / top-k / top-p), and the
 engine's samples with each drafter are compared to it with a chi-square goodness-of-fit test at
-significance 0.001, with chains and with each model drafter's token trees. A deliberately broken
-acceptance rule must fail the same test (power check).
+significance 0.001, with chains (the pair holding two drafts' verdicts, or a draft's and its bonus
+token) and with each model drafter's token trees. Deliberately broken rules (every draft accepted; the
+bonus drawn from the wrong row) must fail the same test (power checks).
 """
 
 from __future__ import annotations
@@ -31,10 +32,16 @@ from tests.helpers.sampling import (
 )
 
 
-@pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
-def test_draft_model_sampling_matches_the_target(pair, sampling):
+# D = 3 drafts two tokens in the first step (the cap leaves room for the target's own), so the pair is two
+# drafts' verdicts; D = 1 puts the bonus token of an accepted draft in the pair
+@pytest.mark.parametrize(
+    ("sampling", "draft_len"),
+    [(SETTINGS[0], 3), (SETTINGS[1], 3), (SETTINGS[0], 1)],
+    ids=["T1-D3", "T0.7-topk6-topp0.9-D3", "T1-D1"],
+)
+def test_draft_model_sampling_matches_the_target(pair, sampling, draft_len):
     target, draft = pair
-    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3)
+    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
 
 
@@ -73,4 +80,19 @@ def test_the_check_catches_a_rule_that_accepts_every_draft(pair, monkeypatch):
     monkeypatch.setattr(backend.core.verify, "rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
     counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, 3, samples=REGISTRY_SAMPLES)
+    assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
+
+
+def test_the_check_catches_a_bonus_drawn_from_the_drafts_row(pair, monkeypatch):
+    """The real rule fed its last draft's row where the row after it belongs: only the bonus changes."""
+    target, draft = pair
+    rule = backend.core.verify.rejection_verify
+
+    def bonus_from_the_drafts_row(probs, drafted, draft_probs, generator):
+        rows = torch.cat([probs[:-1], probs[-2:-1]]) if len(drafted) else probs  # [D+1, V]
+        return rule(rows, drafted, draft_probs, generator)
+
+    monkeypatch.setattr(backend.core.verify, "rejection_verify", bonus_from_the_drafts_row)
+    sampling = SamplingParams(temperature=1.0)
+    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, 1, samples=REGISTRY_SAMPLES)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
