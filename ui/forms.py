@@ -13,7 +13,7 @@ from ui import tokens
 
 TURN_SEPARATOR = "==="
 D_CHOICES = [*range(17), "auto"]
-TREE_BUDGETS = [0, 4, 8, 12, 16, 24, 32, 48, 64]  # within the worker's bound (bodies.MAX_TREE_BUDGET)
+TREE_BUDGETS = [0, 4, 8, 12, 16, 24, 32, 48, 64]  # within the engine's bound (tree_shape.MAX_TREE_BUDGET)
 TREE_TOPKS = [1, 2, 3, 4, 6, 8]
 CONFIDENCE_STOPS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9]  # within the worker's bound [0, 1)
 MAX_NEW_TOKENS = 2048  # the worker's bound on max_new_tokens (backend/serving/bodies.py; a test checks they agree)

@@ -1,11 +1,15 @@
 """argparse types for the command line: comma-separated lists of names, draft lengths, temperatures,
-batch sizes, tree budgets, drafter option values and JSON settings objects, each refusing bad text with one sentence.
-Knows nothing about what the commands do with them."""
+batch sizes, tree budgets, counts, seeds, drafter option values and JSON settings objects, each refusing bad
+text with one sentence. Knows nothing about what the commands do with them."""
 
 from __future__ import annotations
 
 import argparse
 import json
+
+from backend.core.tree_shape import MAX_TREE_BUDGET
+from backend.core.verify import MAX_TEMPERATURE
+from backend.serving.validation import INT64_MAX, INT64_MIN
 
 
 def names(text: str) -> list[str]:
@@ -33,8 +37,8 @@ def temperatures(text: str) -> list[float]:
         values = [float(part) for part in names(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated temperatures, got {text!r}") from None
-    if any(not 0 <= value <= 10 for value in values):
-        raise argparse.ArgumentTypeError("temperatures must be between 0 and 10 (0 = greedy)")
+    if any(not 0 <= value <= MAX_TEMPERATURE for value in values):
+        raise argparse.ArgumentTypeError(f"temperatures must be between 0 and {MAX_TEMPERATURE:g} (0 = greedy)")
     return values
 
 
@@ -89,9 +93,37 @@ def tree_budgets(text: str) -> list[int]:
         budgets = [int(part) for part in names(text)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated tree budgets (0 = a chain), got {text!r}") from None
-    if any(budget < 0 for budget in budgets):
-        raise argparse.ArgumentTypeError("tree budgets must be >= 0 (0 = a chain)")
+    if any(not 0 <= budget <= MAX_TREE_BUDGET for budget in budgets):
+        raise argparse.ArgumentTypeError(f"tree budgets must be between 0 and {MAX_TREE_BUDGET} (0 = a chain)")
     return budgets
+
+
+def tree_budget(text: str) -> int:
+    """Nodes of a tree draft per step, 0 = a chain."""
+    (budget,) = tree_budgets(text)
+    return budget
+
+
+def count(text: str) -> int:
+    """How many of something to take: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: any 64-bit integer, as the worker takes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed, got {text!r}") from None
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise argparse.ArgumentTypeError("a seed must fit in 64 bits (between -2**63 and 2**63 - 1)")
+    return value
 
 
 def json_object(text: str) -> dict:

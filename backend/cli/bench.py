@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from backend.cli.common import drafter_options, load_target, quiet_libraries
 from backend.cli.speed_table import format_speed_table
-from backend.core.errors import SpecScopeError
+from backend.core.errors import SpecScopeError, first_line
 
 if TYPE_CHECKING:
     from backend.core.models import LoadedModel
@@ -34,10 +34,7 @@ def _checked_questions(args: argparse.Namespace) -> list:
         from backend.lab.sweep import check_option_values
 
         args.options = check_option_values(args.drafters, dict(args.options))
-    questions = load_suite(args.suite, args.categories, args.limit, args.per_category)
-    if not questions:
-        raise SpecScopeError(f"{args.suite} has no prompts to run")
-    return questions
+    return load_suite(args.suite, args.categories, args.limit, args.per_category)
 
 
 def bench_speed(args: argparse.Namespace) -> int:
@@ -206,9 +203,11 @@ def open_store(path: str | None):
     try:
         return RunStore(path)
     except duckdb.IOException as error:
+        if "lock" not in str(error).lower():
+            raise SpecScopeError(f"cannot open the run store: {first_line(error)}") from error
         raise SpecScopeError(
-            f"the run store is open in another process (a worker?): {error}. Point "
-            "SPECSCOPE_WORKER_URL at that worker, or use --db for another file"
+            "the run store is open in another process (a worker?): point SPECSCOPE_WORKER_URL at that worker, "
+            "or use --db for another file"
         ) from error
 
 

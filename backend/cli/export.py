@@ -46,11 +46,12 @@ def export_eagle3(args: argparse.Namespace) -> int:
     from backend.core.errors import SpecScopeError
     from backend.core.models import load_model
     from backend.drafters import eagle3
-    from backend.drafters.eagle3_export import export
+    from backend.drafters.eagle3_export import check_new_folder, export
     from backend.drafters.shipped import shown_path, weights_folder
 
     if args.draft_len < 1:
         raise SpecScopeError(f"--draft-len must be at least 1, got {args.draft_len}")
+    check_new_folder(args.out)  # before anything is loaded
     quiet_libraries()
     target = load_model(args.target, device="cpu", dtype="float32", compile="off")
     folder = weights_folder(eagle3.KIND, target, args.drafter_path)

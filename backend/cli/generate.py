@@ -16,11 +16,12 @@ def generate_command(args: argparse.Namespace) -> int:
     from backend.core.engine import GenerationSettings
     from backend.core.policy import make_policy
     from backend.core.verify import SamplingParams
-    from backend.drafters import build_drafter
+    from backend.drafters import build_drafter, check_tree_budget
     from backend.lab.prompts import load_suite
     from backend.lab.runner import Runner
 
-    make_policy(args.draft_len, free_drafter=True)  # reject a bad D before loading anything
+    make_policy(args.draft_len, free_drafter=True)  # reject a bad D or tree before loading anything
+    check_tree_budget(args.drafter, args.tree_budget)
     settings = GenerationSettings(
         max_new_tokens=args.max_new_tokens,
         draft_len=args.draft_len,

@@ -27,12 +27,15 @@ from pathlib import Path
 from backend.cli.arg_types import (
     confidence,
     confidences,
+    count,
     draft_len,
     draft_lens,
     names,
     option_values,
+    seed,
     sizes,
     temperatures,
+    tree_budget,
     tree_budgets,
     tree_topk,
 )
@@ -90,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--prompt", help="the prompt text (one user turn)")
     source.add_argument("--prompt-file", type=Path, help="a file holding the prompt text")
     source.add_argument("--suite", type=Path, help="a question.jsonl suite: run every prompt in it")
-    generate.add_argument("--limit", type=int, help="with --suite: only the first N prompts")
+    generate.add_argument("--limit", type=count, help="with --suite: only the first N prompts")
     generate.add_argument("--categories", type=names, help="with --suite: only these categories (comma-separated)")
     _add_model_args(generate)
     _add_drafter_args(generate)
@@ -102,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     generate.add_argument(
         "--tree-budget",
-        type=int,
+        type=tree_budget,
         default=0,
         help="draft a token tree of up to N nodes, D deep (0 = a chain, default)",
     )
@@ -126,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         "generation and every drafter at every D, interleaved in one process.",
     )
     speed.add_argument("--suite", type=Path, required=True, help="a question.jsonl suite")
-    speed.add_argument("--limit", type=int, help="only the first N prompts (after --categories)")
+    speed.add_argument("--limit", type=count, help="only the first N prompts (after --categories)")
     speed.add_argument("--categories", type=names, help="only these categories (comma-separated)")
-    speed.add_argument("--per-category", type=int, help="only the first N prompts of each category")
+    speed.add_argument("--per-category", type=count, help="only the first N prompts of each category")
     speed.add_argument("--drafters", type=names, default=["ngram", "suffix"], help="comma-separated drafters")
     speed.add_argument("--draft-lens", type=draft_lens, default=[2, 4, 8], help="comma-separated D values (or auto)")
     _add_option_values_arg(speed)
@@ -198,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "record and the worker's resident memory.",
     )
     stream.add_argument("--suite", type=Path, required=True)
-    stream.add_argument("--per-category", type=int, default=1)
+    stream.add_argument("--per-category", type=count, default=1)
     stream.add_argument("--categories", type=names)
     stream.add_argument("--drafter", default="suffix")
     stream.add_argument("--draft-len", type=draft_len, default="auto")
@@ -272,8 +275,8 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
     _add_draft_shape_args(parser)
     parser.add_argument("--max-new-tokens", type=int, default=defaults.get("max_new_tokens", 64))
     parser.add_argument("--categories", type=names)
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--per-category", type=int, default=defaults.get("per_category"))
+    parser.add_argument("--limit", type=count)
+    parser.add_argument("--per-category", type=count, default=defaults.get("per_category"))
     add_target_args(
         parser, None, "target model (default: the worker's default target; in process, the embedded default)"
     )
@@ -350,7 +353,7 @@ def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0, help="0 = off")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt raw, without a chat template")
 

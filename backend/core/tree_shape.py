@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from backend.core.errors import SpecScopeError
 
+MAX_TREE_BUDGET = 64  # drafted nodes per step: with its root, the widest pass the engine verifies
+
 
 def validate(parents: list[int]) -> None:
     """Raise unless every node's parent is the root (-1) or an earlier node."""

@@ -28,6 +28,8 @@ from backend.core.errors import SpecScopeError
 from backend.core.tree import TreeLayout
 from backend.core.tree_shape import children, path_to
 
+MAX_TEMPERATURE = 10.0  # far past where sampling is already close to uniform
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -38,8 +40,10 @@ class SamplingParams:
     top_k: int = 0  # 0 keeps every token
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise SpecScopeError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0 <= self.temperature <= MAX_TEMPERATURE:
+            raise SpecScopeError(
+                f"temperature must be between 0 and {MAX_TEMPERATURE:g} (0 = greedy), got {self.temperature}"
+            )
         if not 0 < self.top_p <= 1:
             raise SpecScopeError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:

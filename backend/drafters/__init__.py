@@ -45,6 +45,14 @@ TRAINED = tuple(name for name, spec in REGISTRY.items() if spec.trained)
 TREE_DRAFTERS = tuple(name for name, spec in REGISTRY.items() if spec.trees)
 
 
+def check_tree_budget(name: str, tree_budget: int) -> None:
+    """Raise unless drafter `name` can draft a token tree of `tree_budget` nodes (0: a chain, any drafter)."""
+    if tree_budget > 0 and name not in TREE_DRAFTERS:
+        raise SpecScopeError(
+            f"drafter '{name}' drafts no token trees: set the tree budget to 0 (trees: {', '.join(TREE_DRAFTERS)})"
+        )
+
+
 def all_options() -> list[OptionInfo]:
     """Every drafter's options, each name once; a name two drafters share must mean the same option."""
     seen: dict[str, OptionInfo] = {}
@@ -115,6 +123,7 @@ __all__ = [
     "all_options",
     "available_drafters",
     "build_drafter",
+    "check_tree_budget",
     "options_for",
     "trained_folders",
 ]

@@ -147,11 +147,22 @@ def checkpoint_config(head: Eagle3Head, engine: str, dtype: torch.dtype = torch.
     return config
 
 
-def export(head: Eagle3Head, out: str | Path, engine: str, dtype: torch.dtype = torch.float16) -> Path:
-    """Write `head` into the folder `out` as `engine`'s EAGLE-3 checkpoint; returns the folder."""
-    tensors, config = checkpoint_tensors(head, engine, dtype), checkpoint_config(head, engine, dtype)
+def check_new_folder(out: str | Path) -> Path:
+    """`out` as a folder an export may write: new or empty, so no weights (a trained drafter's) are overwritten."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SpecScopeError(f"{out} already exists and is not an empty folder: export into a new folder")
+    return out
+
+
+def export(head: Eagle3Head, out: str | Path, engine: str, dtype: torch.dtype = torch.float16) -> Path:
+    """Write `head` into the folder `out` (new or empty) as `engine`'s EAGLE-3 checkpoint; returns the folder."""
+    tensors, config = checkpoint_tensors(head, engine, dtype), checkpoint_config(head, engine, dtype)
+    out = check_new_folder(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecScopeError(f"cannot create the folder {out}: {error.strerror or error}") from error
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     save_file(tensors, str(out / WEIGHTS_FILE))
     return out

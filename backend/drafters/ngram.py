@@ -172,6 +172,12 @@ class NgramOptions:
     ngram_min: int = option(1, "shortest n-gram to match", ge=1, le=16, label="shortest n-gram")
     ngram_max: int = option(4, "longest n-gram to match", ge=1, le=16, label="longest n-gram")
 
+    def __post_init__(self) -> None:
+        if self.ngram_min > self.ngram_max:
+            raise SpecScopeError(
+                f"ngram_min must be at most ngram_max, got ngram_min={self.ngram_min} and ngram_max={self.ngram_max}"
+            )
+
 
 def _export(draft_len: int, schedule: dict[int, int], options: NgramOptions) -> dict[str, object]:
     return {

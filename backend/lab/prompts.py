@@ -40,8 +40,12 @@ def load_suite(
     path = Path(path)
     if not path.is_file():
         raise SpecScopeError(f"no such prompt suite: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecScopeError(f"{path} is not UTF-8 text: a suite is a question.jsonl file") from error
     questions = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         questions.append(_parse_question(line, f"{path}:{number}"))
@@ -61,7 +65,10 @@ def load_suite(
             if seen[question.category] <= per_category:
                 kept.append(question)
         questions = kept
-    return questions[:limit] if limit is not None else questions
+    questions = questions[:limit] if limit is not None else questions
+    if not questions:
+        raise SpecScopeError(f"{path} has no prompts to run")
+    return questions
 
 
 def _parse_question(line: str, where: str) -> Question:

@@ -87,15 +87,7 @@ def run_sweep(
     engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
     batch = BatchEngine(engine)
     prompts = [first_turn_ids(target.tokenizer, q) for q in questions]
-    configs = [  # (temperature, drafter, D, swept options, tree budget, confidence stop): plain at each temperature
-        (t, name, d, combo, budget, confident)
-        for t in temperatures
-        for name in ["none", *drafters]
-        for combo in option_grid(name, option_values)
-        for d in ([0] if name == "none" else [d for d in draft_lens if d != 0])
-        for budget in (tree_budgets if name in TREE_DRAFTERS else (0,))
-        for confident in (min_confidences if name != "none" and not budget else (0.0,))
-    ]
+    configs = sweep_grid(drafters, draft_lens, temperatures, option_values, tree_budgets, min_confidences)
     total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
     done = 0
     sweep_id = uuid.uuid4().hex
@@ -189,6 +181,28 @@ def run_sweep(
         "details": points,
         "by_category": by_category,
     }
+
+
+def sweep_grid(
+    drafters: Sequence[str],
+    draft_lens: Sequence[int | str],
+    temperatures: Sequence[float],
+    option_values: Mapping[str, Sequence],
+    tree_budgets: Sequence[int],
+    min_confidences: Sequence[float],
+) -> list[tuple]:
+    """The sweep's configurations, (temperature, drafter, D, swept options, tree budget, confidence stop):
+    plain decoding once per temperature (also when asked for by name), trees only for drafters that build
+    them, confidence stops only for chains."""
+    return [
+        (t, name, d, combo, budget, confident)
+        for t in temperatures
+        for name in dict.fromkeys(["none", *drafters])
+        for combo in option_grid(name, option_values)
+        for d in ([0] if name == "none" else [d for d in draft_lens if d != 0])
+        for budget in (tree_budgets if name in TREE_DRAFTERS else (0,))
+        for confident in (min_confidences if name != "none" and not budget else (0.0,))
+    ]
 
 
 def check_option_values(drafters: Sequence[str], option_values: Mapping[str, Sequence]) -> dict[str, list]:

@@ -14,7 +14,9 @@ from pydantic import BaseModel, Field, create_model, field_validator, model_vali
 
 from backend.core.errors import SpecScopeError
 from backend.core.policy import MAX_DRAFT_LEN, make_policy
-from backend.drafters import DRAFTER_NAMES, TREE_DRAFTERS, DrafterOptions, all_options
+from backend.core.tree_shape import MAX_TREE_BUDGET
+from backend.core.verify import MAX_TEMPERATURE
+from backend.drafters import DRAFTER_NAMES, REGISTRY, DrafterOptions, all_options, check_tree_budget, options_for
 from backend.lab.store_schema import DEFAULT_KINDS, DEFAULT_STATUSES, RUN_KINDS, RUN_STATUSES
 from backend.lab.sweep import check_option_values
 from backend.serving.run_request import LaneSpec
@@ -25,8 +27,8 @@ MAX_NEW_TOKENS = 2048
 MAX_RUNS_LISTED = 100_000
 KINDS_HELP = f"run kinds to count (default {', '.join(DEFAULT_KINDS)}; any of {', '.join(RUN_KINDS)})"
 STATUSES_HELP = f"run statuses to count (default {', '.join(DEFAULT_STATUSES)}; any of {', '.join(RUN_STATUSES)})"
-MAX_TREE_BUDGET = 64  # nodes: wider passes than any engine verifies per step
 MAX_TREE_TOPK = 16
+MAX_STOP_STRINGS = 16
 MIN_TOP_P = 1e-6  # below this the nucleus is empty in float32 (5e-324 rounds to 0)
 
 
@@ -52,19 +54,24 @@ class DrafterChoice(CheckedBody):
             raise ValueError(f"unknown drafter '{name}': choose one of {', '.join(DRAFTER_NAMES)}")
         return name
 
-    @field_validator("draft_len")
+    @field_validator("draft_len", mode="before")
     @classmethod
-    def draft_len_in_range(cls, value: int | str) -> int | str:
-        if value != "auto" and not 0 <= value <= MAX_DRAFT_LEN:
-            raise ValueError(f"draft_len must be between 0 and {MAX_DRAFT_LEN}, or 'auto'")
+    def draft_len_in_range(cls, value: object) -> object:
+        """One sentence for any bad D (the union's own check would give one per member)."""
+        in_range = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_DRAFT_LEN
+        if value != "auto" and not in_range:
+            raise ValueError(f"draft_len must be an integer between 0 and {MAX_DRAFT_LEN}, or 'auto', got {value!r}")
         return value
 
     @model_validator(mode="after")
-    def trees_only_for_tree_drafters(self) -> DrafterChoice:
-        if self.tree_budget > 0 and self.drafter not in TREE_DRAFTERS:
-            raise ValueError(
-                f"drafter '{self.drafter}' drafts no token trees: set tree_budget 0 (trees: {', '.join(TREE_DRAFTERS)})"
-            )
+    def settings_agree(self) -> DrafterChoice:
+        """Trees only for drafters that build them; options that agree with each other (ngram_min <= ngram_max)."""
+        try:
+            check_tree_budget(self.drafter, self.tree_budget)
+            if self.drafter in REGISTRY:
+                options_for(self.drafter, self.model_dump())
+        except SpecScopeError as error:
+            raise ValueError(str(error)) from error
         return self
 
     def lane(self) -> LaneSpec:
@@ -91,14 +98,21 @@ class PromptFields(CheckedBody):
     messages: list[str] | None = Field(None, description="user turns; each sees the model's earlier answers")
     target: ModelName | None = None
     max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS)
-    temperature: float = Field(0.0, ge=0, le=10)
+    temperature: float = Field(0.0, ge=0, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, ge=MIN_TOP_P, le=1)
     top_k: int = Field(0, ge=0, le=INT32_MAX)
     seed: int = Field(0, description="any 64-bit integer")
-    stop: list[str] = []
+    stop: list[str] = Field([], max_length=MAX_STOP_STRINGS, description="strings that end the answer")
     baseline: bool = Field(True, description="decode the prompt plainly in the same job too, for the speedup")
     question_id: str | None = None
     category: str | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def no_empty_stop(cls, stop: list[str]) -> list[str]:
+        if not all(stop):
+            raise ValueError("a stop string is empty: an empty string would end every answer at once")
+        return stop
 
     @model_validator(mode="after")
     def one_prompt(self) -> PromptFields:
@@ -126,6 +140,13 @@ class QuestionBody(BaseModel):
     question_id: int | str
     category: str = "uncategorized"
     turns: list[str] = Field(min_length=1)
+
+    @field_validator("turns")
+    @classmethod
+    def no_empty_turn(cls, turns: list[str]) -> list[str]:
+        if not all(turn.strip() for turn in turns):
+            raise ValueError("a turn is empty: every turn of a question needs text")
+        return turns
 
 
 class SweepBody(CheckedBody):
@@ -165,8 +186,8 @@ class SweepBody(CheckedBody):
     @field_validator("temperatures")
     @classmethod
     def valid_temperatures(cls, values: list[float]) -> list[float]:
-        if any(not 0 <= t <= 10 for t in values):
-            raise ValueError("temperatures must be between 0 and 10")
+        if any(not 0 <= t <= MAX_TEMPERATURE for t in values):
+            raise ValueError(f"temperatures must be between 0 and {MAX_TEMPERATURE:g}")
         return values
 
     @model_validator(mode="after")

@@ -83,6 +83,12 @@ class WorkerSettings(BaseModel):
     log_file: str | None = None  # default: worker.log beside the store
 
 
+def check_known(name: str, given: list[str] | None, allowed: tuple[str, ...]) -> None:
+    """A 422 unless every value given for a filter of the acceptance figures is one they count."""
+    if given and set(given) - set(allowed):
+        raise HTTPException(422, f"{name}: choose from {', '.join(allowed)}")
+
+
 def create_app(settings: WorkerSettings) -> FastAPI:
     store = RunStore(settings.db_path)
     log_file = logs.configure(Path(settings.log_file) if settings.log_file else logs.default_log_file(store.path))
@@ -150,6 +156,10 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         for item in error.errors():
             where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
             message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+            if item.get("type") == "json_invalid":  # pydantic names a character offset as the place
+                where, message = "", "the body is not valid JSON"
+            elif item.get("type") == "missing" and tuple(item.get("loc", ())) == ("body",):
+                message = "the request needs a JSON body"
             problems.append(f"{where}: {message}" if where else message)
         return JSONResponse({"error": "; ".join(problems)}, status_code=422)
 
@@ -280,9 +290,8 @@ def create_app(settings: WorkerSettings) -> FastAPI:
         kind: Annotated[list[str] | None, Query(description=KINDS_HELP)] = None,
         status: Annotated[list[str] | None, Query(description=STATUSES_HELP)] = None,
     ) -> dict:
-        for given, allowed, name in ((kind, RUN_KINDS, "kind"), (status, RUN_STATUSES, "status")):
-            if given and set(given) - set(allowed):
-                raise HTTPException(422, f"{name}: choose from {', '.join(allowed)}")
+        check_known("kind", kind, RUN_KINDS)
+        check_known("status", status, RUN_STATUSES)
         tables = store.acceptance_tables(target, drafter, category, split, kind, status or DEFAULT_STATUSES)
         records = [tables[name].to_dict(orient="records") for name in ("runs", "histogram", "positions")]
         return {

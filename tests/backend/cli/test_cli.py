@@ -209,7 +209,9 @@ def test_bench_forward_times_eager_beside_compiled(tiny_folder):
         (["generate", "--prompt", ""], "prompt is empty"),
         (["generate", "--prompt", "hi", "--draft-len", "-3"], "between 0 and 64"),
         (["generate", "--prompt", "hi", "--draft-len", "500"], "between 0 and 64"),
-        (["generate", "--prompt", "hi", "--temperature", "-1"], "temperature must be >= 0"),
+        (["generate", "--prompt", "hi", "--temperature", "-1"], "temperature must be between 0 and 10"),
+        (["generate", "--prompt", "hi", "--temperature", "inf"], "temperature must be between 0 and 10"),
+        (["generate", "--prompt", "hi", "--drafter", "none", "--tree-budget", "8"], "drafts no token trees"),
         (["generate", "--prompt", "hi", "--drafter", "nope"], "unknown drafter"),
         (["generate", "--prompt", "hi", "--target", "/missing/model"], "no such model folder"),
         (["generate", "--prompt-file", "/missing/prompt.txt"], "cannot read prompt file"),
@@ -224,6 +226,30 @@ def test_bad_input_is_one_clear_line(args, message, tiny_folder, capsys):
     ran = run_main(args, capsys)
     assert ran.status == 2 and ran.stderr.startswith("error:") and message in ran.stderr
     assert ran.stderr.count("\n") == 1
+
+
+def test_unreadable_or_empty_suites_are_one_clear_line(tmp_path, capsys):
+    binary, empty = tmp_path / "suite.bin", tmp_path / "empty.jsonl"
+    binary.write_bytes(bytes(range(256)) * 8)
+    empty.write_text("\n")
+    for suite, message in ((binary, "is not UTF-8 text"), (empty, "has no prompts to run")):
+        for command in (["generate"], ["bench", "speed", "--drafters", "ngram"]):
+            ran = run_main([*command, "--suite", str(suite)], capsys)
+            assert ran.status == 2 and ran.stderr.startswith("error:") and message in ran.last_error
+            assert ran.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--limit", "-1", "expected an integer >= 1, got -1"),
+        ("--seed", "1" + "0" * 24, "a seed must fit in 64 bits"),
+        ("--tree-budget", "100000", "tree budgets must be between 0 and 64"),
+    ],
+)
+def test_flag_values_out_of_range_are_refused_before_anything_runs(flag, value, message, capsys):
+    ran = run_main(["generate", "--prompt", "hi", flag, value], capsys)
+    assert ran.status == 2 and message in ran.last_error
 
 
 def test_prompt_longer_than_the_context(tiny_folder, tmp_path, capsys):

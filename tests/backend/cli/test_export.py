@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -78,6 +79,21 @@ def test_bad_input_is_one_clear_line(tiny_with_head, tmp_path, capsys, extra, me
     error = ran.stderr.strip().splitlines()
     assert ran.status == 2 and len(error) == 1 and error[0].startswith("error: ") and message in error[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_an_out_that_holds_files_is_refused_and_left_as_it_was(tiny_with_head, tmp_path, capsys):
+    """The drafter's own folder or a file as --out: nothing is overwritten (a trained drafter's weights stay)."""
+    target, head = tiny_with_head
+    before = {path.name: path.read_bytes() for path in Path(head).iterdir()}
+    note = tmp_path / "notes.txt"
+    note.write_text("mine")
+    args = ["export", "eagle3", "--target", target, "--drafter-path", head, "--format", "vllm"]
+    for out in (head, str(note)):
+        ran = run_main([*args, "--out", out], capsys)
+        assert ran.status == 2 and "already exists and is not an empty folder" in ran.last_error
+    ran = run_main([*args, "--out", "/proc/specscope/out"], capsys)
+    assert ran.status == 2 and ran.last_error.startswith("error: cannot create the folder /proc/specscope/out")
+    assert {path.name: path.read_bytes() for path in Path(head).iterdir()} == before and note.read_text() == "mine"
 
 
 @pytest.mark.slow

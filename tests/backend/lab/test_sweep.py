@@ -13,7 +13,7 @@ from backend.drafters import DrafterOptions
 from backend.lab.codesign import codesign_report
 from backend.lab.prompts import Question
 from backend.lab.store import RunStore
-from backend.lab.sweep import run_sweep, split_of
+from backend.lab.sweep import run_sweep, split_of, sweep_grid
 from tests.helpers.tiny import save_tiny
 from tests.helpers.workers import ROOT
 
@@ -84,6 +84,18 @@ def test_split_boundaries():
         "medium",
         "long",
     )
+
+
+def test_the_grid_measures_plain_once_per_temperature_and_trees_only_for_tree_drafters():
+    grid = sweep_grid(["none", "ngram", "none"], [0, 2], [0.0, 0.7], {}, [0, 8], [0.0])
+    plain = [config for config in grid if config[1] == "none"]
+    assert [(t, d, budget) for t, _, d, _, budget, _ in plain] == [(0.0, 0, 0), (0.7, 0, 0)]
+    assert sorted((t, d, budget) for t, name, d, _, budget, _ in grid if name == "ngram") == [
+        (0.0, 2, 0),
+        (0.0, 2, 8),
+        (0.7, 2, 0),
+        (0.7, 2, 8),
+    ]
 
 
 def test_codesign_from_points(swept):

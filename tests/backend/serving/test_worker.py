@@ -163,7 +163,10 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "max_new_tokens": "many"}, "max_new_tokens"),
         ({"prompt": "w5", "draft_len": 99}, "between 0 and 64"),
         ({"prompt": "w5", "draft_len": -1}, "between 0 and 64"),
-        ({"prompt": "w5", "draft_len": "soon"}, "draft_len"),
+        (
+            {"prompt": "w5", "draft_len": "soon"},
+            "draft_len: draft_len must be an integer between 0 and 64, or 'auto', got 'soon'",
+        ),
         ({"prompt": "w5", "drafter": "oracle"}, "unknown drafter"),
         ({"prompt": "w5", "temperature": -1}, "temperature"),
         ({"prompt": "w5 " * 30_000}, "too long"),
@@ -183,6 +186,9 @@ def test_a_client_that_disconnects_cancels_its_job(worker):
         ({"prompt": "w5", "drafter": "none", "tree_budget": 8}, "drafter 'none' drafts no token trees"),
         ({"prompt": "w5", "min_confidence": -0.1}, "min_confidence"),
         ({"prompt": "w5", "min_confidence": 1.0}, "min_confidence"),
+        ({"prompt": "w5", "stop": [""]}, "stop: a stop string is empty"),
+        ({"prompt": "w5", "stop": ["w9"] * 17}, "stop"),
+        ({"prompt": "w5", "drafter": "ngram", "ngram_min": 5, "ngram_max": 2}, "ngram_min must be at most ngram_max"),
     ],
 )
 def test_bad_requests_get_a_json_4xx(worker, body, message):
@@ -231,11 +237,29 @@ def test_bad_requests_get_a_json_4xx(worker, body, message):
             },
             "confidence stops must be at least 0 and below 1",
         ),
+        (
+            "/sweeps",
+            {
+                "questions": [{"question_id": 1, "turns": [" "]}],
+                "drafters": ["ngram"],
+                "draft_lens": [2],
+                "batch_sizes": [1],
+            },
+            "questions.0.turns: a turn is empty",
+        ),
     ],
 )
 def test_bad_values_anywhere_in_a_body_get_a_json_4xx(worker, path, body, message):
     reply = httpx.post(worker.url + path, content=json.dumps(body), headers={"content-type": "application/json"})
     assert reply.status_code == 422 and message in reply.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"), [(b"", "the request needs a JSON body"), (b"{not json", "the body is not valid JSON")]
+)
+def test_a_missing_or_broken_body_is_named_as_such(worker, content, message):
+    reply = httpx.post(worker.url + "/generate", content=content, headers={"content-type": "application/json"})
+    assert reply.status_code == 422 and reply.json()["error"] == message
 
 
 @pytest.mark.parametrize(
