@@ -277,6 +277,8 @@ def _folder_or_hub(spec: str, allow_remote_code: bool) -> tuple[str, str]:
         if not config_file.is_file():
             raise ModelLoadError(f"{folder} is a folder but has no config.json: it is not a Hugging Face model folder")
         return str(folder), file_sha256(config_file)
+    if folder.is_file():
+        raise ModelLoadError(f"{spec} is a file but not a .gguf file: give a Hugging Face model folder or a GGUF file")
     if _looks_like_path(spec):
         raise ModelLoadError(f"no such model folder or file: {spec}")
     try:

@@ -214,6 +214,7 @@ def test_bench_forward_times_eager_beside_compiled(tiny_folder):
         (["generate", "--prompt", "hi", "--drafter", "none", "--tree-budget", "8"], "drafts no token trees"),
         (["generate", "--prompt", "hi", "--drafter", "nope"], "unknown drafter"),
         (["generate", "--prompt", "hi", "--target", "/missing/model"], "no such model folder"),
+        (["generate", "--prompt", "hi", "--target", str(ROOT / "README.md")], "is a file but not a .gguf file"),
         (["generate", "--prompt-file", "/missing/prompt.txt"], "cannot read prompt file"),
         (["generate", "--suite", "/missing/suite.jsonl"], "no such prompt suite"),
         (["bench", "speed", "--suite", "/missing.jsonl", "--drafters", "bogus"], "unknown drafter"),
