@@ -25,6 +25,7 @@ WINDOW=${WINDOW:-512}
 DISTIL_MINUTES=${DISTIL_MINUTES:-}
 VALIDATION_PROMPTS=${VALIDATION_PROMPTS:-8}
 TEACHER=${TEACHER:-generate}  # generate | prefill | mix (train --teacher)
+SELF_INSTRUCT=${SELF_INSTRUCT:-}  # N: also distil N requests the target writes itself (train --self-instruct)
 KINDS=${KINDS:-eagle3 mtp dflash dspark draft-model}
 FROM=${FROM:-}             # a folder of <kind>-<NAME> weights to go on from (train --init-from), e.g. data/drafters
 REDUCED_VOCAB='{"draft_vocab_size": 6144}'  # keeps each drafter within 20 MB and all five within 80 MB
@@ -34,7 +35,8 @@ SHARED_STUDENT='{"share_target_embedding": true}'  # the draft model borrows the
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) >= 5 ? $(nproc) / 5 : 1 ))}
 mkdir -p "$OUT_ROOT"
 common=(--target "$TARGET" --device "$DEVICE" --dtype "$DTYPE" --data-tokens "$DATA_TOKENS"
-        --distil-batch "$BATCH" --teacher "$TEACHER" --window "$WINDOW" --rows "$ROWS" --validation-prompts "$VALIDATION_PROMPTS")
+        --distil-batch "$BATCH" --teacher "$TEACHER" --window "$WINDOW" --rows "$ROWS" --validation-prompts "$VALIDATION_PROMPTS"
+        ${SELF_INSTRUCT:+--self-instruct "$SELF_INSTRUCT"})
 echo "== distil $TARGET: up to $DATA_TOKENS sequence tokens $(date -u +%T)"
 $PY -m backend train --kind eagle3 --out "$OUT_ROOT/.distil" --distil-only "${common[@]}" \
     ${DISTIL_MINUTES:+--distil-minutes "$DISTIL_MINUTES"}

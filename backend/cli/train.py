@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from backend.cli.arg_types import json_object
+from backend.cli.arg_types import count, json_object
 from backend.cli.common import add_compile_arg, add_target_args
 
 
@@ -51,6 +51,13 @@ def add_train_parser(commands) -> None:
         default="mix",
         help="mix (default, every shipped drafter's last round): both of these, --data-tokens each; "
         "generate: the target answers the instructions; prefill: it reads existing answers once (cheaper)",
+    )
+    trainer.add_argument(
+        "--self-instruct",
+        type=count,
+        metavar="N",
+        help="also distil N requests the target writes itself, continuing lists of the corpus's own (self-instruct; "
+        "written once and cached, the same list for every later run); needs generated answers (generate or mix)",
     )
     trainer.add_argument(
         "--distil-only",

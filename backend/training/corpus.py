@@ -178,17 +178,27 @@ def held_out(instructions: list[Instruction]) -> list[Instruction]:
     return [queue[rank] for rank in range(max(map(len, queues), default=0)) for queue in queues if rank < len(queue)]
 
 
+def suite_probes() -> list[tuple[str, str]]:
+    """(where, probe) for every turn of every evaluation suite prompt: its first 120 characters, which no
+    training text may contain; `where` names the prompt and its suite."""
+    return [
+        (f"evaluation prompt {question.question_id} of {suite.name}", turn[:120])
+        for suite in sorted(SUITE_DIR.glob("*.jsonl")) or [DEFAULT_SUITE]
+        for question in load_suite(suite)
+        for turn in question.turns
+    ]
+
+
 def check_held_out(instructions: list[Instruction]) -> None:
-    """The evaluation suites must not leak into training data: no turn of any suite prompt (its first 120
-    characters) may appear in an instruction, in any turn of its history or in its reference answer."""
+    """The evaluation suites must not leak into training data: no suite probe may appear in an instruction, in
+    any turn of its history or in its reference answer."""
     turns = (
         turn for i in instructions for turn in (i.text, *(text for pair in i.history for text in pair), i.reference)
     )
     corpus = "\x00".join(turns)  # one search per probe
-    for suite in sorted(SUITE_DIR.glob("*.jsonl")) or [DEFAULT_SUITE]:
-        for question in load_suite(suite):
-            if any(probe[:120] in corpus for probe in question.turns):
-                raise ValueError(f"evaluation prompt {question.question_id} of {suite.name} leaked into the corpus")
+    for where, probe in suite_probes():
+        if probe in corpus:
+            raise ValueError(f"{where} leaked into the corpus")
 
 
 def _segment(lines: list[str], node: ast.stmt) -> str:

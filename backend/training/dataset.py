@@ -159,29 +159,38 @@ def _length_batches(sequences: list[list[int]], batch_size: int) -> Iterator[lis
     return (order[first : first + batch_size] for first in range(0, len(order), batch_size))
 
 
-def greedy_answers(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """The target's greedy answers to a batch of prompts, each up to and including its end-of-sequence token.
+def greedy_answers(
+    target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, stop_ids: frozenset[int] = frozenset()
+) -> list[list[int]]:
+    """The target's greedy answers to a batch of prompts, each up to and including its end-of-sequence token (or
+    the first of `stop_ids`, tokens that end an answer besides the target's own end tokens).
     On a CPU where the target's compiled passes run (target.compile), SpecScope's batched engine decodes them
     (plain, D = 0), the same answers at twice the rate of Hugging Face's eager `generate` on a 2-core AMD EPYC
     without AVX-512 (68 against 34 answer tokens/s at batch 16, docs/measurements/distil_answers_cpu.txt).
     Elsewhere (a GPU, a model without the compiled path) one left-padded `generate` call: a step costs one
     forward for the whole batch, what makes distillation fast on a GPU (the batched engine syncs per row)."""
     if target.device.type == "cpu" and compile_mode(target.model, target.compile) == "on":
-        return engine_answers(target, prompts, max_new_tokens)
-    return generated_answers(target, prompts, max_new_tokens)
+        return engine_answers(target, prompts, max_new_tokens, stop_ids)
+    return generated_answers(target, prompts, max_new_tokens, stop_ids)
 
 
 @torch.inference_mode()
-def engine_answers(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+def engine_answers(
+    target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, stop_ids: frozenset[int] = frozenset()
+) -> list[list[int]]:
     """greedy_answers through the batched engine, plain decoding, in the target's compile mode."""
-    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
+    ends = set(target.eos_token_ids) | stop_ids
+    engine = SpeculativeEngine(target.model, ends, target.facts.max_context, target.compile)
     rows = BatchEngine(engine).generate(prompts, None, GenerationSettings(max_new_tokens, draft_len=0)).rows
     return [row.output_ids for row in rows]
 
 
 @torch.inference_mode()
-def generated_answers(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+def generated_answers(
+    target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, stop_ids: frozenset[int] = frozenset()
+) -> list[list[int]]:
     """greedy_answers through one left-padded Hugging Face `generate` call."""
+    ends = set(target.eos_token_ids) | stop_ids
     width = max(len(p) for p in prompts)
     pad = min(target.eos_token_ids)
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=target.device)  # [B, P]
@@ -194,13 +203,13 @@ def generated_answers(target: LoadedModel, prompts: list[list[int]], max_new_tok
         temperature=None,
         top_p=None,
         top_k=None,
-        eos_token_id=sorted(target.eos_token_ids),
+        eos_token_id=sorted(ends),
         pad_token_id=pad,
     )  # [B, P + N]
     answers = []
     for row in out[:, width:].tolist():
-        ends = [i for i, token in enumerate(row) if token in target.eos_token_ids]
-        answers.append(row[: ends[0] + 1] if ends else row)
+        stops = [i for i, token in enumerate(row) if token in ends]
+        answers.append(row[: stops[0] + 1] if stops else row)
     return answers
 
 
