@@ -40,7 +40,7 @@ WRITTEN_EXAMPLES = 2  # of them, taken from the target's own requests once it ha
 MAX_REQUEST_TOKENS = 64
 MAX_SIMILARITY = 0.7  # ROUGE-L F of a new request against each earlier one, above which it is a near-copy
 REQUEST_WORDS = (3, 120)
-ATTEMPTS_PER_REQUEST = 4  # prompts tried per request asked for before giving up on the rest
+ATTEMPTS_PER_REQUEST = 4  # prompts a category is given per request asked of it, before it is given up
 
 
 def seed_requests(instructions: Iterable[Instruction]) -> dict[str, list[str]]:
@@ -131,7 +131,8 @@ def write_requests(
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Instruction]:
     """Up to `count` new requests, spread evenly over SELF_CATEGORIES, written `batch_size` prompts at a time;
-    fewer when ATTEMPTS_PER_REQUEST * count prompts did not yield them all."""
+    fewer where a category's ATTEMPTS_PER_REQUEST prompts per request asked of it did not yield them all (a
+    category the target cannot write for stops taking prompts from the others)."""
     pools = seed_requests(instructions)
     wanted = {
         category: count // len(SELF_CATEGORIES) + (rank < count % len(SELF_CATEGORIES))
@@ -140,14 +141,21 @@ def write_requests(
     earlier = {category: [request_words(text) for text in pool] for category, pool in pools.items()}
     written: dict[str, list[str]] = {category: [] for category in SELF_CATEGORIES}
     probes = [probe for _, probe in suite_probes()]
-    rng, attempts = random.Random(0), 0
-    while attempts < ATTEMPTS_PER_REQUEST * count:
-        short = [category for category in SELF_CATEGORIES if len(written[category]) < wanted[category]]
+    attempts = dict.fromkeys(SELF_CATEGORIES, 0)
+    rng = random.Random(0)
+    while True:
+        short = [
+            category
+            for category in SELF_CATEGORIES
+            if len(written[category]) < wanted[category]
+            and attempts[category] < ATTEMPTS_PER_REQUEST * wanted[category]
+        ]
         if not short:
             break
         categories = [short[slot % len(short)] for slot in range(batch_size)]
         prompts = [request_prompt(_examples(rng, pools[category], written[category])) for category in categories]
-        attempts += len(prompts)
+        for category in categories:
+            attempts[category] += 1
         for category, completion in zip(categories, target_completions(target, prompts), strict=True):
             text = parse_request(completion)
             if text is None or len(written[category]) >= wanted[category] or any(probe in text for probe in probes):

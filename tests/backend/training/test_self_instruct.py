@@ -143,6 +143,23 @@ def test_a_target_that_writes_nothing_usable_is_asked_a_bounded_number_of_times(
     assert ATTEMPTS_PER_REQUEST * 5 <= len(writer.prompts) < ATTEMPTS_PER_REQUEST * 5 + 4
 
 
+def test_a_category_the_target_cannot_write_for_stops_taking_prompts(instructions, monkeypatch):
+    translation = set(seed_requests(instructions)["translation"])
+
+    def make(number: int, prompt: str) -> str:
+        if set(LISTED.findall(prompt)) <= translation:
+            return " How would I say this in French? and the passage runs on"  # never a finished line
+        return fresh_request(number, prompt)
+
+    writer = ScriptedWriter(make)
+    monkeypatch.setattr(self_instruct, "target_completions", writer)
+    requests = write_requests(None, instructions, 10, batch_size=4)
+    counts = Counter(r.category for r in requests)
+    assert "translation" not in counts and all(counts[c] == 2 for c in SELF_CATEGORIES if c != "translation")
+    asked = Counter(bool(set(LISTED.findall(prompt)) <= translation) for prompt in writer.prompts)
+    assert asked[True] <= ATTEMPTS_PER_REQUEST * 2 + 3, "translation had its own prompts, not the others' share"
+
+
 def test_written_requests_are_cached_for_the_target_and_read_back(tiny, instructions, monkeypatch, tmp_path):
     monkeypatch.setattr(self_instruct, "target_completions", ScriptedWriter(fresh_request))
     first = written_requests(tiny, instructions, 6, tmp_path)
