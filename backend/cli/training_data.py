@@ -86,5 +86,7 @@ def _self_written(args: argparse.Namespace, instructions: list) -> list:
 
     target = load_target(args)
     written = written_requests(target, instructions, args.self_instruct, default_cache_root(), batch_size=8)
-    print(f"{len(written)} of them written by the target (source self:<category>)", file=sys.stderr)
+    by_category = Counter(i.category for i in written)
+    shares = ", ".join(f"{category} {n}" for category, n in sorted(by_category.items()))
+    print(f"{len(written)} of them written by the target (source self:<category>; {shares})", file=sys.stderr)
     return written

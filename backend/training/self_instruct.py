@@ -6,9 +6,10 @@ The target is shown five requests of one suite category as a plain numbered list
 template, and continues the list with a sixth; its greedy line is kept when it is a finished line of 3-120
 words that is not a continuation of the list, shares no evaluation-suite probe, and is not a near-copy
 (ROUGE-L F >= 0.7, the paper's threshold) of any template request of its category or of a request it wrote
-earlier. Once a category has requests of its own, two of the five examples are drawn from them, as the paper
-mixes generated tasks into its prompts. Only the categories whose requests stand alone on one line take part
-(writing, qa, math, translation, coding); the others carry a passage, code or earlier turns.
+earlier. Only the categories whose requests stand alone on one line take part (writing, qa, math, translation,
+coding); the others carry a passage, code or earlier turns. The examples are always template requests: the
+paper also shows the model tasks it generated, but SmolLM2-135M then copies them (on 16 prompts with two of
+its own requests among the five examples, none of its lines was new; with template examples only, 7 were).
 
 Greedy decoding with examples drawn by a seeded generator gives the same requests for a given target, corpus
 and machine; `written_requests` keeps them in the distillation cache, so every later run trains on that list.
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 SELF_CATEGORIES = ("writing", "qa", "math", "translation", "coding")
 EXAMPLES = 5  # requests shown in each prompt
-WRITTEN_EXAMPLES = 2  # of them, taken from the target's own requests once it has written this many
 MAX_REQUEST_TOKENS = 64
 MAX_SIMILARITY = 0.7  # ROUGE-L F of a new request against each earlier one, above which it is a near-copy
 REQUEST_WORDS = (3, 120)
@@ -128,7 +128,7 @@ def write_requests(
     instructions: list[Instruction],
     count: int,
     batch_size: int = 16,
-    progress: Callable[[int, int], None] = lambda done, total: None,
+    progress: Callable[[int, int], None] = lambda written, prompts: None,
 ) -> list[Instruction]:
     """Up to `count` new requests, spread evenly over SELF_CATEGORIES, written `batch_size` prompts at a time;
     fewer where a category's ATTEMPTS_PER_REQUEST prompts per request asked of it did not yield them all (a
@@ -153,7 +153,7 @@ def write_requests(
         if not short:
             break
         categories = [short[slot % len(short)] for slot in range(batch_size)]
-        prompts = [request_prompt(_examples(rng, pools[category], written[category])) for category in categories]
+        prompts = [request_prompt(rng.sample(pools[category], EXAMPLES)) for category in categories]
         for category in categories:
             attempts[category] += 1
         for category, completion in zip(categories, target_completions(target, prompts), strict=True):
@@ -164,7 +164,7 @@ def write_requests(
             if not is_near_copy(words, earlier[category]):
                 written[category].append(text)
                 earlier[category].append(words)
-        progress(sum(map(len, written.values())), count)
+        progress(sum(map(len, written.values())), sum(attempts.values()))
     requests = [(category, text) for category in SELF_CATEGORIES for text in written[category]]
     random.Random(0).shuffle(requests)
     result = [
@@ -190,7 +190,12 @@ def written_requests(
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         return [Instruction(r["id"], r["source"], r["text"], r["category"]) for r in records]
     with tqdm(total=count, desc="self-instruct", unit="request", file=sys.stderr, dynamic_ncols=True) as bar:
-        requests = write_requests(target, instructions, count, batch_size, lambda done, _: bar.update(done - bar.n))
+
+        def wrote(done: int, prompts: int) -> None:
+            bar.update(done - bar.n)
+            bar.set_postfix(prompts=prompts)
+
+        requests = write_requests(target, instructions, count, batch_size, wrote)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = (
         json.dumps({"id": i.instruction_id, "source": i.source, "category": i.category, "text": i.text})
@@ -198,12 +203,3 @@ def written_requests(
     )
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return requests
-
-
-def _examples(rng: random.Random, pool: list[str], written: list[str]) -> list[str]:
-    """EXAMPLES requests in a random order: WRITTEN_EXAMPLES of the target's own once it has that many, the
-    rest from the template pool."""
-    own = rng.sample(written, WRITTEN_EXAMPLES) if len(written) >= WRITTEN_EXAMPLES else []
-    examples = rng.sample(pool, EXAMPLES - len(own)) + own
-    rng.shuffle(examples)
-    return examples

@@ -1,6 +1,6 @@
 """Requests the target writes itself: the line a completion is read as, ROUGE-L and the near-copy filter, the
-loop that asks for them (every category, no copies, no suite prompt, the target's own requests shown back to
-it, a bounded number of attempts), the cache every later run reads, and `train --self-instruct` distilling
+loop that asks for them (every category, no copies, no suite prompt, examples from one category's templates,
+a bounded number of attempts), the cache every later run reads, and `train --self-instruct` distilling
 them as their own source. A scripted writer stands in for the target; the real default target writes a
 handful in the slow set."""
 
@@ -123,10 +123,7 @@ def test_requests_cover_every_category_without_copies_or_suite_prompts(instructi
     pools = seed_requests(instructions)
     shown = [LISTED.findall(prompt) for prompt in writer.prompts]
     assert all(len(examples) == EXAMPLES for examples in shown)
-    own = {r.text for r in requests}
-    later = [examples for examples in shown if any(example in own for example in examples)]
-    assert later and all(sum(example in own for example in examples) == 2 for examples in later)
-    assert all(example in own or any(example in pool for pool in pools.values()) for e in shown for example in e)
+    assert all(any(set(examples) <= set(pool) for pool in pools.values()) for examples in shown), "templates only"
 
 
 def test_the_same_corpus_gives_the_same_requests(instructions, monkeypatch):
