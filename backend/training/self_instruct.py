@@ -41,6 +41,7 @@ MAX_REQUEST_TOKENS = 64
 MAX_SIMILARITY = 0.7  # ROUGE-L F of a new request against each earlier one, above which it is a near-copy
 REQUEST_WORDS = (3, 120)
 ATTEMPTS_PER_REQUEST = 4  # prompts a category is given per request asked of it, before it is given up
+WRITER_SOURCE = Path(__file__)  # part of the cached list's key
 
 
 def seed_requests(instructions: Iterable[Instruction]) -> dict[str, list[str]]:
@@ -180,12 +181,12 @@ def written_requests(
     cache_root: Path,
     batch_size: int = 16,
 ) -> list[Instruction]:
-    """write_requests's list for this target and template corpus, read from the cache when an earlier run wrote
-    it (`<cache>/self-instruct/<target fingerprint[:16]>-<pool hash>-<count>.jsonl`); a progress bar while the
-    target writes."""
+    """write_requests's list for this target, template corpus and writer, read from the cache when an earlier run
+    wrote it (`<cache>/self-instruct/<target fingerprint[:16]>-<key>-<count>.jsonl`, the key a hash of the pools
+    and of this module's source, so a changed writer writes a new list); a progress bar while the target writes."""
     pools = seed_requests(instructions)
-    pool_hash = hashlib.sha256(json.dumps(pools, sort_keys=True).encode()).hexdigest()[:8]
-    path = cache_root / "self-instruct" / f"{target.fingerprint[:16]}-{pool_hash}-{count}.jsonl"
+    key = hashlib.sha256(json.dumps(pools, sort_keys=True).encode() + WRITER_SOURCE.read_bytes()).hexdigest()[:8]
+    path = cache_root / "self-instruct" / f"{target.fingerprint[:16]}-{key}-{count}.jsonl"
     if path.is_file():
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         return [Instruction(r["id"], r["source"], r["text"], r["category"]) for r in records]

@@ -169,6 +169,13 @@ def test_written_requests_are_cached_for_the_target_and_read_back(tiny, instruct
     monkeypatch.setattr(self_instruct, "target_completions", refuse)
     assert written_requests(tiny, instructions, 6, tmp_path) == first
 
+    changed = tmp_path / "writer.py"  # another version of the writer writes its own list
+    changed.write_bytes(self_instruct.WRITER_SOURCE.read_bytes() + b"# changed\n")
+    monkeypatch.setattr(self_instruct, "WRITER_SOURCE", changed)
+    monkeypatch.setattr(self_instruct, "target_completions", ScriptedWriter(fresh_request))
+    assert written_requests(tiny, instructions, 6, tmp_path) == first
+    assert len(list((tmp_path / "self-instruct").glob("*-6.jsonl"))) == 2
+
 
 def test_train_distils_the_targets_own_requests_as_a_source_of_their_own(tiny, tmp_path, monkeypatch, capsys):
     folder = save_tiny(tiny, tmp_path / "tiny")
