@@ -24,6 +24,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,8 +118,9 @@ def target_completions(target: LoadedModel, prompts: list[str]) -> list[str]:
     ]
 
 
+@cache
 def line_end_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
-    """The vocabulary's tokens whose text holds a line end."""
+    """The vocabulary's tokens whose text holds a line end (decoded once per tokenizer, not once per batch)."""
     return frozenset(
         token for token in range(len(tokenizer)) if "\n" in tokenizer.decode([token], skip_special_tokens=True)
     )
@@ -168,10 +170,7 @@ def write_requests(
         progress(sum(map(len, written.values())), sum(attempts.values()))
     requests = [(category, text) for category in SELF_CATEGORIES for text in written[category]]
     random.Random(0).shuffle(requests)
-    result = [
-        Instruction(f"s{n:05d}", f"self:{category}", text, category) for n, (category, text) in enumerate(requests)
-    ]
-    return result
+    return [Instruction(f"s{n:05d}", f"self:{category}", text, category) for n, (category, text) in enumerate(requests)]
 
 
 def written_requests(

@@ -126,11 +126,13 @@ def test_requests_cover_every_category_without_copies_or_suite_prompts(instructi
     assert all(any(set(examples) <= set(pool) for pool in pools.values()) for examples in shown), "templates only"
 
 
-def test_the_same_corpus_gives_the_same_requests(instructions, monkeypatch):
-    monkeypatch.setattr(self_instruct, "target_completions", ScriptedWriter(fresh_request))
+def test_the_same_corpus_gives_the_same_prompts_and_requests(instructions, monkeypatch):
+    writers = [ScriptedWriter(fresh_request), ScriptedWriter(fresh_request)]
+    monkeypatch.setattr(self_instruct, "target_completions", writers[0])
     first = write_requests(None, instructions, 10, batch_size=4)
-    monkeypatch.setattr(self_instruct, "target_completions", ScriptedWriter(fresh_request))
+    monkeypatch.setattr(self_instruct, "target_completions", writers[1])
     assert write_requests(None, instructions, 10, batch_size=4) == first
+    assert writers[0].prompts == writers[1].prompts, "the examples are drawn by a seeded generator"
 
 
 def test_a_target_that_writes_nothing_usable_is_asked_a_bounded_number_of_times(instructions, monkeypatch):
@@ -209,14 +211,20 @@ def test_training_data_writes_the_targets_own_requests_with_the_corpus(
     assert int(rows["all"][2]) == len(records)
 
 
-@pytest.mark.parametrize("given", [["--teacher", "prefill"], ["--self-instruct", "0"]])
-def test_train_refuses_self_instruct_without_generated_answers(tiny, tmp_path, monkeypatch, capsys, given):
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["--teacher", "prefill"], "--self-instruct adds requests without answers: use --teacher generate or mix"),
+        (["--self-instruct", "0"], "expected an integer >= 1, got 0"),
+    ],
+)
+def test_train_refuses_self_instruct_without_generated_answers(tiny, tmp_path, monkeypatch, capsys, given, message):
     folder = save_tiny(tiny, tmp_path / "tiny")
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
     args = ["train", "--kind", "eagle3", "--target", str(folder), "--out", str(tmp_path / "out")]
     ran = run_main([*args, "--self-instruct", "4", *given], capsys)
     assert ran.status == 2 and "error:" in ran.last_error, ran.stderr
-    assert "--teacher generate or mix" in ran.last_error or "expected an integer >= 1" in ran.last_error
+    assert message in ran.last_error, ran.stderr
     assert not (tmp_path / "cache").exists()
 
 
