@@ -54,13 +54,18 @@ def cell(page, column: int, row: int) -> str:
 def test_live_shows_the_plain_run_of_the_same_job_and_the_output_check(page):
     start_live_run(page, SHORT_RUN)
     speedup_shown(page).wait_for()
-    page.get_by_text(
+    note = page.get_by_text(
         re.compile(r"Speedup over plain decoding of the same prompt and settings, decoded in this job")
-    ).wait_for()
+    )
+    note.first.wait_for()
+    # the plain lane's own rate, measured in this job, is named beside the speedup
+    assert re.search(r"at .+: \d+\.\d tokens/s\.", note.first.inner_text()), note.first.inner_text()
     verdict = page.get_by_text(
         re.compile(r"^(Token-identical to plain decoding|Not identical to plain decoding: it first differs)")
     )
     verdict.first.wait_for()
+    # greedy speculative decoding on the default drafter is lossless: the check must say identical
+    assert verdict.first.inner_text().startswith("Token-identical to plain decoding"), verdict.first.inner_text()
 
 
 def test_one_stop_button_while_a_run_streams_and_the_queue_is_empty_after_stop(page):

@@ -25,7 +25,12 @@ def test_surfaces_offer_every_registered_drafter(worker_env):
     for name in untrained:
         at.selectbox(key="live_drafter").set_value(name).run()
         for info in REGISTRY[name].option_infos():
-            widget = (
-                at.text_input(key=f"live_{info.name}") if info.kind is str else at.number_input(key=f"live_{info.name}")
-            )
-            assert widget is not None
+            # the widget under the option's key, labelled with the option's label, starting at its default
+            # (AppTest raises KeyError when no widget has the key)
+            if info.kind is str:
+                widget = at.text_input(key=f"live_{info.name}")
+                assert widget.value == ""  # empty: the drafter's default, which the label names
+            else:
+                widget = at.number_input(key=f"live_{info.name}")
+                assert widget.value == (0 if info.optional else info.default), (name, info.name)
+            assert widget.label.startswith(info.label), (name, info.name, widget.label)

@@ -4,6 +4,7 @@ refusals of bad input run the same `main` in-process (tests/helpers/cli.py)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,7 +153,7 @@ def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
     for row in ours:  # one prompt per category: the CI is that prompt's AL
         assert row["al_ci_low"] <= row["al"] <= row["al_ci_high"]
     assert "AL by category (95% bootstrap CI" in result.stdout
-    assert "it" in result.stderr or "run" in result.stderr  # the progress bar
+    assert re.search(r"(\d+)/\1 \[[^\]]*(run/s|s/run)", result.stderr), result.stderr[-500:]  # the bar, finished
 
 
 def test_a_disagreement_with_hugging_face_is_located_with_its_logit_margin(tiny):

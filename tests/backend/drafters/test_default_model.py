@@ -64,6 +64,7 @@ def test_layerskip_is_lossless(runner, questions, plain):
     drafter = build_drafter("layerskip", runner.target, DrafterOptions(layerskip_exit_layer=20))
     result = runner.run(questions[1].turns, drafter, GenerationSettings(MAX_NEW, draft_len=3))
     assert result.output_ids == plain[questions[1].question_id].output_ids
+    assert any(step.drafted for step in result.steps)
 
 
 def test_draft_model_path_with_a_real_gguf_pair(runner, questions, plain):
@@ -89,3 +90,4 @@ def test_shipped_trained_drafters_are_found_for_the_default_and_lossless(runner,
     for question in questions[:2]:
         result = runner.run(question.turns, drafter, GenerationSettings(MAX_NEW, draft_len=4))
         assert result.output_ids == plain[question.question_id].output_ids
+        assert any(step.drafted for step in result.steps), (kind, question.question_id)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 
 import httpx
 import pytest
 
+from backend.lab.store_schema import RUN_KINDS
 from backend.serving.client import WorkerClient, WorkerError
 from backend.serving.discovery import address_file, published_url
 from tests.helpers.reference import QUESTIONS, build_reference
@@ -57,7 +59,8 @@ def test_a_started_sweep_runs_on_reports_progress_and_stores_its_points(worker):
     assert state["done"] == state["total"] == len(QUESTIONS) * 3  # the greedy references, then 2 configs
     progress = [s["done"] for s in seen if s["status"] == "running"]
     assert progress == sorted(progress)
-    assert any(s["eta_s"] is not None for s in seen) or len(seen) < 3
+    running = [s for s in seen if s["status"] == "running"]
+    assert all((s["eta_s"] is not None) == (s["done"] > 0) for s in running)  # an ETA once a step is done
     points = client.sweep_points(sweep_id=state["sweep_id"])
     assert {(p["drafter"], p["draft_len"]) for p in points if p["category"] == "all"} == {("none", "0"), ("ngram", "2")}
     with pytest.raises(WorkerError, match="no sweep job"):
@@ -108,14 +111,21 @@ def test_a_stale_address_file_is_ignored_and_removed(tmp_path, monkeypatch):
 def test_the_reference_is_imported_at_start_and_used_where_the_user_has_nothing(tiny, worker, tiny_folder):
     # on a store whose only sweeps are these tests' own (ngram at D 2), Acceptance's default counts
     # them and leaves the reference out; asked for, the reference is there, labelled
-    mine = httpx.get(worker.url + "/aggregates/acceptance", params={"target": tiny_folder}).json()
-    reference = httpx.get(
-        worker.url + "/aggregates/acceptance", params={"target": tiny_folder, "kind": ["reference"]}
-    ).json()
+    def acceptance(**kinds) -> dict:
+        return httpx.get(worker.url + "/aggregates/acceptance", params={"target": tiny_folder, **kinds}).json()
+
+    def drafting_steps(aggregates: dict) -> Counter:
+        return Counter(
+            {(g["drafter"], g["draft_len"], g["tree_budget"]): g["drafting_steps"] for g in aggregates["pooled"]}
+        )
+
+    mine, reference, every = acceptance(), acceptance(kind=["reference"]), acceptance(kind=list(RUN_KINDS))
     [label] = mine["reference"]
     assert label.startswith("reference: ") and reference["reference"] == [label]
     assert {g["draft_len"] for g in reference["pooled"]} == {"2", "4"}
-    assert {g["draft_len"] for g in mine["pooled"]} <= {"2", "3", "4", "5", "6"}
+    own_kinds = [kind for kind in RUN_KINDS if kind != "reference"]
+    assert drafting_steps(mine) == drafting_steps(acceptance(kind=own_kinds))  # the default: the user's own runs
+    assert drafting_steps(every) == drafting_steps(mine) + drafting_steps(reference)  # the reference left out
     sweeps = httpx.get(worker.url + "/sweeps").json()
     assert [s["reference"] for s in sweeps if s["reference"]] == [label]
     bad = httpx.get(worker.url + "/aggregates/acceptance", params={"kind": ["bogus"]})
