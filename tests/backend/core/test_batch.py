@@ -1,5 +1,7 @@
 """Batched decoding with ragged acceptance: every row equals its single-sequence greedy output, on the
-eager path (masked slots over Hugging Face's cache) and the compiled one (per-row static lengths)."""
+eager path (masked slots over Hugging Face's cache) and the compiled one (per-row static lengths), for every
+registered drafter with rows that stop early on EOS, and for every tree drafter with trees of different
+shapes in one pass."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import backend.core.batch_cache
 from backend.core.batch import BatchEngine
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.verify import SamplingParams
-from backend.drafters import build_drafter
+from backend.drafters import TREE_DRAFTERS, build_drafter
 from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
 from tests.helpers.trees import BRANCHING
 
@@ -33,13 +35,34 @@ def engine(tiny, request):
     return SpeculativeEngine(tiny.model, set(), 512, compile=request.param)
 
 
-@pytest.mark.parametrize("name", ["none", *EVERY_DRAFTER])
-@pytest.mark.parametrize("draft_len", [0, 3, "auto", "schedule:1=6/3=2"])
-def test_every_row_equals_its_single_sequence_output(tiny, tiny_other, engine, name, draft_len):
+@pytest.fixture(scope="module")
+def singles(engine) -> list[list[int]]:
+    """Each prompt's plain single-sequence output (40 tokens), once per kind of pass."""
+    return single_outputs(engine, 40)
+
+
+# every drafter at D = 3 (rows accept different counts in one pass), plain decoding, and the two D policies
+EVERY_ROW_CASES = [
+    ("none", 0),
+    *((name, 3) for name in EVERY_DRAFTER),
+    ("ngram", "auto"),
+    ("eagle3", "schedule:1=6/3=2"),
+]
+
+
+@pytest.mark.parametrize(("name", "draft_len"), EVERY_ROW_CASES)
+def test_every_row_equals_its_single_sequence_output(tiny, tiny_other, engine, singles, name, draft_len):
+    """Row 1 stops on an EOS token after 5 tokens while the others go on (the batch shrinks mid-run)."""
+    eos = singles[1][4]
+    expected = [ids[: ids.index(eos) + 1] if eos in ids else ids for ids in singles]
+    stopping = SpeculativeEngine(tiny.model, {eos}, 512, compile=engine.compile)
     drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
-    result = BatchEngine(engine).generate(PROMPTS, drafter, GenerationSettings(40, draft_len=draft_len))
-    assert [row.output_ids for row in result.rows] == single_outputs(engine, 40)
-    assert result.new_tokens == 40 * len(PROMPTS) and result.wall_s >= result.prefill_s > 0
+    result = BatchEngine(stopping).generate(PROMPTS, drafter, GenerationSettings(40, draft_len=draft_len))
+    assert [row.output_ids for row in result.rows] == expected
+    assert result.rows[1].finish_reason == "eos" and any(len(ids) == 40 for ids in expected)
+    assert result.new_tokens == sum(map(len, expected)) and result.wall_s >= result.prefill_s > 0
+    if name != "none":
+        assert any(step.drafted for row in result.rows for step in row.steps), f"{name} never drafted"
 
 
 def test_rows_accept_different_counts_in_the_same_step(tiny, engine):
@@ -147,9 +170,11 @@ def test_rows_receive_the_hidden_states_of_their_committed_positions(tiny, engin
             assert torch.allclose(got, fresh[layer][0], atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["ngram", "suffix"])
-@pytest.mark.parametrize(("draft_len", "budget"), [(4, 8), ("auto", 16)])
-def test_tree_rows_of_different_shapes_equal_their_single_sequence_output(tiny, name, draft_len, budget):
+TREE_CASES = [*((name, 4, 8) for name in TREE_DRAFTERS), ("ngram", "auto", 16), ("suffix", "auto", 16)]
+
+
+@pytest.mark.parametrize(("name", "draft_len", "budget"), TREE_CASES)
+def test_tree_rows_of_different_shapes_equal_their_single_sequence_output(tiny, tiny_other, name, draft_len, budget):
     """Ragged trees (and chains, where a row's draft did not branch) in one pass: every row equals its
     plain single-sequence greedy output, and (at a fixed D) some pass held rows of different tree shapes, or
     (under auto) every row verified drafts."""
@@ -157,7 +182,8 @@ def test_tree_rows_of_different_shapes_equal_their_single_sequence_output(tiny, 
     prompts = [BRANCHING * 2, *PROMPTS[:3], BRANCHING[3:] + [9, 4, 5, 6]]
     expected = [engine.generate(p, None, GenerationSettings(40, draft_len=0)).run().output_ids for p in prompts]
     settings = GenerationSettings(40, draft_len=draft_len, tree_budget=budget, tree_topk=3)
-    result = BatchEngine(engine).generate(prompts, build_drafter(name, tiny), settings)
+    drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
+    result = BatchEngine(engine).generate(prompts, drafter, settings)
     assert [row.output_ids for row in result.rows] == expected
     if draft_len == "auto":  # auto's choices follow measured step times, so which passes hold trees varies
         assert all(any(step.drafted for step in row.steps) for row in result.rows)  # each row's first draft is tried

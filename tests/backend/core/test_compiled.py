@@ -17,7 +17,15 @@ from backend.core.target_passes import CompiledPasses, compile_mode, prepare, re
 from backend.core.verify import SamplingParams
 from backend.drafters.draft_model import DraftModelDrafter
 from tests.helpers.drafters import EVERY_DRAFTER, registered_drafter
-from tests.helpers.sampling import SETTINGS, SIGNIFICANCE, accept_all, exact_joint, goodness_of_fit, sampled_joint
+from tests.helpers.sampling import (
+    REGISTRY_SAMPLES,
+    SETTINGS,
+    SIGNIFICANCE,
+    accept_all,
+    exact_joint,
+    goodness_of_fit,
+    sampled_joint,
+)
 from tests.helpers.scripted import PROMPT, ScriptedDrafter, hf_greedy
 from tests.helpers.tiny import tiny_llama
 
@@ -67,13 +75,19 @@ def test_compiled_plain_greedy_equals_hugging_face_generate(tiny):
     assert generate(tiny, None, 0).output_ids == hf_greedy(tiny, PROMPT, 40)
 
 
+@pytest.fixture(scope="module")
+def plain_ids(tiny) -> list[int]:
+    """Plain greedy decoding of PROMPT on the eager engine (Hugging Face's forward)."""
+    return generate(tiny, None, 0, compile="off").output_ids
+
+
 @pytest.mark.parametrize("name", EVERY_DRAFTER)
 @pytest.mark.parametrize("draft_len", [1, 3, 8, "auto"])
-def test_every_drafter_is_lossless_on_the_compiled_engine(tiny, tiny_other, name, draft_len):
+def test_every_drafter_is_lossless_on_the_compiled_engine(tiny, tiny_other, plain_ids, name, draft_len):
     result = generate(tiny, registered_drafter(name, tiny, tiny_other, exit_layer=3), draft_len)
-    plain = generate(tiny, None, 0)
-    assert result.output_ids == plain.output_ids == generate(tiny, None, 0, compile="off").output_ids
+    assert result.output_ids == plain_ids
     assert sum(len(step.emitted) for step in result.steps) == len(result.output_ids)
+    assert any(step.drafted for step in result.steps), f"{name} never drafted"
 
 
 @pytest.mark.parametrize("draft_len", [1, 4, 6])
@@ -94,7 +108,7 @@ def test_a_draft_model_equal_to_the_target_is_always_accepted(tiny):
 @pytest.mark.parametrize("sampling", SETTINGS, ids=["T1", "T0.7-topk6-topp0.9"])
 def test_sampling_on_the_compiled_engine_matches_the_target(pair, sampling):
     target, draft = pair
-    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3, compile="on")
+    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, 3, "on", REGISTRY_SAMPLES)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) > SIGNIFICANCE
 
 
@@ -102,7 +116,7 @@ def test_the_sampling_check_still_catches_a_broken_rule_when_compiled(pair, monk
     target, draft = pair
     monkeypatch.setattr("backend.core.verify.rejection_verify", accept_all)
     sampling = SamplingParams(temperature=1.0)
-    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, draft_len=3, compile="on")
+    counts = sampled_joint(target, DraftModelDrafter(target, draft), sampling, 3, "on", REGISTRY_SAMPLES)
     assert goodness_of_fit(counts, exact_joint(target, sampling)) < 1e-6
 
 

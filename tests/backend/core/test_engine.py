@@ -30,13 +30,20 @@ def test_plain_engine_equals_hugging_face_greedy(tiny):
     assert run(tiny, None, 0).output_ids == hf_greedy(tiny, PROMPT, 40)
 
 
+@pytest.fixture(scope="module")
+def plain_ids(tiny) -> list[int]:
+    """Plain greedy decoding of PROMPT (40 tokens)."""
+    return run(tiny, None, 0).output_ids
+
+
 @pytest.mark.parametrize("name", EVERY_DRAFTER)
 @pytest.mark.parametrize("draft_len", [1, 3, 8, "auto"])
-def test_greedy_output_equals_target_greedy_for_every_drafter(tiny, tiny_other, name, draft_len):
+def test_greedy_output_equals_target_greedy_for_every_drafter(tiny, tiny_other, plain_ids, name, draft_len):
     drafter = registered_drafter(name, tiny, tiny_other, exit_layer=3)
     result = run(tiny, drafter, draft_len)
-    assert result.output_ids == run(tiny, None, 0).output_ids
+    assert result.output_ids == plain_ids
     assert sum(len(s.emitted) for s in result.steps) == len(result.output_ids)
+    assert any(s.drafted for s in result.steps), f"{name} never drafted: the test would only see plain decoding"
 
 
 @pytest.mark.parametrize("name", ["ngram", "suffix"])
