@@ -6,7 +6,7 @@ SUITE := data/prompts/specscope_suite.jsonl
 
 PORT ?= 8501
 
-.PHONY: setup run test test-fast lint bench gpu-check reference llama-server
+.PHONY: setup run test test-fast coverage lint bench gpu-check reference llama-server
 
 setup: $(VENV)/.installed
 
@@ -23,17 +23,30 @@ run: setup
 	@echo "SpecScope: open http://localhost:$(PORT) (the first start converts the embedded model, ~30 s)"
 	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist, one per core by default); each test module stays on one
+# process, so its fixtures (a worker, compiled graphs, a browser) are built once. It ends with the 25 slowest tests
+# and the total.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+
 # lint and format checks first (seconds), then llama.cpp's server (built once, ~5 min, then cached), then
 # the suite (which also checks the import contract)
 test: setup lint llama-server
-	$(PY) -m pytest -q --durations=25
+	$(PYTEST) --durations=25
 
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# the tiny-model set: everything but the tests marked slow (the real model, the browser, llama.cpp's server)
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow" --durations=10
+
+# the whole suite with branch coverage of backend/, ui/ and pages/, measured in every Python process the tests
+# start too ([tool.coverage] in pyproject.toml); prints the total and the files below 100%
+coverage: setup llama-server
+	rm -f .coverage .coverage.*
+	$(PYTEST) --cov --cov-report=term:skip-covered
 
 bench: setup
 	$(PY) -m backend bench speed --suite $(SUITE) --drafters ngram,suffix --draft-lens 4,8,auto --json

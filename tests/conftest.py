@@ -9,7 +9,12 @@ import torch
 
 from tests.helpers.tiny import tiny_llama
 
-torch.set_num_threads(max(1, torch.get_num_threads()))
+# `make test` runs one test process per core (pytest-xdist): each then keeps to its share of the cores, and so
+# do the workers and commands its tests start, since threads beyond the cores only spin waiting for each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    torch.set_num_threads(_threads)
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 # Workers and CLI runs started by tests take the eager path unless a test asks for `--compile on`:
 # compiling costs tens of seconds per model, so the compiled path is tested on a focused set.
 os.environ["SPECSCOPE_COMPILE"] = "off"
