@@ -15,6 +15,32 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     torch.set_num_threads(_threads)
     os.environ["OMP_NUM_THREADS"] = str(_threads)
+# What `make test-fast` leaves out is marked slow: by hand, the tests that load the real default model, compile the
+# target's graphs or run a command as a process; here, every test whose fixtures start a worker process or load the
+# real model (fixtures are looked up by name, including those a test's fixtures use).
+PROCESS_FIXTURES = frozenset(
+    {
+        "default_model",  # the real model
+        "page_worker",  # the page tests' worker (worker_env, swept_env)
+        "e2e_worker",  # the browser tests' worker (dashboard, browser_page)
+        "worker",  # the serving tests' workers
+        "fuzzed_worker",
+        "hint_worker",
+        "tree_worker",
+        "chain_worker",
+        "carded_worker",
+        "engine_env",
+        "first_start",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 # Workers and CLI runs started by tests take the eager path unless a test asks for `--compile on`:
 # compiling costs tens of seconds per model, so the compiled path is tested on a focused set.
 os.environ["SPECSCOPE_COMPILE"] = "off"

@@ -74,6 +74,7 @@ def _copy_tree(dest: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_adding_a_drafter_is_one_file_and_one_registry_line(tmp_path):
     _copy_tree(tmp_path)
     shutil.copy(EXAMPLE, tmp_path / "backend" / "drafters" / "bigram.py")  # the one file

@@ -3,6 +3,7 @@ store holds one sweep (and, for the empty-store messages, the fresh page worker'
 
 from __future__ import annotations
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.helpers.apptest import page
@@ -74,6 +75,7 @@ def test_codesign_page_reads_the_rules_and_the_measurements(swept_env):
     assert at.get("plotly_chart")
 
 
+@pytest.mark.slow
 def test_pages_explain_an_empty_store(tmp_path, tiny, monkeypatch):
     worker = WorkerProcess(tmp_path / "empty.duckdb", str(save_tiny(tiny, tmp_path / "tiny")))
     worker.wait_ready()

@@ -37,6 +37,17 @@ def speedup_shown(page):
 pytestmark = BROWSER_TEST
 
 
+def set_draft_len(page, draft_len: int) -> None:
+    """Move the D slider (0-16, then auto) to `draft_len`: to its end (auto) first, then down."""
+    slider = page.get_by_role("slider").first
+    slider.focus()
+    for _ in range(18):
+        slider.press("ArrowRight")
+    for _ in range(17 - draft_len):
+        slider.press("ArrowLeft")
+    page.wait_for_timeout(800)
+
+
 def type_prompt(page, text: str) -> None:
     box = page.get_by_role("textbox", name="Prompt", exact=True)
     box.fill(text)
@@ -47,6 +58,7 @@ def type_prompt(page, text: str) -> None:
 def test_live_run_shows_tokens_step_by_step(browser_page):
     page = browser_page
     type_prompt(page, PROMPT)
+    set_draft_len(page, 8)  # a fixed D: auto may decline to draft on a loaded machine, leaving no drafts to mark
     pressed = time.perf_counter()
     page.get_by_role("button", name="Run", exact=True).click()
     tokens = page.locator(".ss-out span.ss-acc, .ss-out span.ss-tgt")
@@ -86,11 +98,7 @@ def test_html_in_the_output_is_drawn_as_text(browser_page):
 
 def test_moving_the_d_slider_and_rerunning(browser_page):
     page = browser_page
-    slider = page.get_by_role("slider").first
-    slider.focus()
-    for _ in range(14):  # from auto down to D = 3
-        slider.press("ArrowLeft")
-    page.wait_for_timeout(800)
+    set_draft_len(page, 3)
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_text("D=3").first.wait_for()
     speedup_shown(page).wait_for()

@@ -29,6 +29,7 @@ def test_a_second_dashboard_uses_the_worker_that_holds_the_store(page_worker, no
     assert no_configured_url == []
 
 
+@pytest.mark.slow
 def test_with_no_worker_running_the_dashboard_starts_its_own(no_configured_url, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECSCOPE_DB", str(tmp_path / "empty.duckdb"))
     assert connection.client().url == "http://127.0.0.1:9"

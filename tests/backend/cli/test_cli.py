@@ -45,6 +45,7 @@ def test_every_command_has_help(command, capsys):
     assert ran.status == 0 and "usage:" in ran.stdout
 
 
+@pytest.mark.slow
 def test_generate_json_is_lossless_and_complete(tiny_folder):
     common = [
         "generate",
@@ -69,6 +70,7 @@ def test_generate_json_is_lossless_and_complete(tiny_folder):
     assert step_keys <= step.keys()
 
 
+@pytest.mark.slow
 def test_generate_text_marks_accepted_drafts(tiny_folder):
     out = cli(
         "generate",
@@ -87,6 +89,7 @@ def test_generate_text_marks_accepted_drafts(tiny_folder):
     assert "AL " in out and "target forwards" in out
 
 
+@pytest.mark.slow
 def test_generate_suite_prints_one_json_line_per_prompt(tiny_folder, tiny_suite):
     out = cli(
         "generate",
@@ -105,6 +108,7 @@ def test_generate_suite_prints_one_json_line_per_prompt(tiny_folder, tiny_suite)
     assert len(records[1]["turns"]) == 2 and all("output_ids" in r and "summary" in r for r in records)
 
 
+@pytest.mark.slow
 def test_bench_speed_json_last_line(tiny_folder, tiny_suite):
     result = cli(
         "bench",
@@ -171,6 +175,7 @@ def test_a_disagreement_with_hugging_face_is_located_with_its_logit_margin(tiny)
     assert first_disagreement(tiny, plain, [ours[:5]])["position"] == 5  # HF stopped early
 
 
+@pytest.mark.slow
 def test_bench_forward_times_eager_beside_compiled(tiny_folder):
     result = cli(
         "bench",

@@ -24,6 +24,8 @@ from tests.helpers.drafters import registered_drafter
 from tests.helpers.scripted import PROMPT
 from tests.helpers.tiny import tiny_llama
 
+pytestmark = pytest.mark.slow  # compiles the target's graphs: `make test-fast` leaves it out
+
 
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory):

@@ -30,7 +30,7 @@ def single_outputs(engine: SpeculativeEngine, max_new: int) -> list[list[int]]:
     return [engine.generate(p, None, GenerationSettings(max_new, draft_len=0)).run().output_ids for p in PROMPTS]
 
 
-@pytest.fixture(scope="module", params=["off", "on"], ids=["eager", "compiled"])
+@pytest.fixture(scope="module", params=["off", pytest.param("on", marks=pytest.mark.slow)], ids=["eager", "compiled"])
 def engine(tiny, request):
     return SpeculativeEngine(tiny.model, set(), 512, compile=request.param)
 
@@ -192,7 +192,7 @@ def test_tree_rows_of_different_shapes_equal_their_single_sequence_output(tiny, 
         assert any(len({shape for shape in shapes_in_pass if shape}) > 1 for shapes_in_pass in shapes)
 
 
-@pytest.mark.parametrize("compile", ["off", "on"])
+@pytest.mark.parametrize("compile", ["off", pytest.param("on", marks=pytest.mark.slow)])
 def test_tree_rows_sample_as_their_single_sequences(tiny, compile):
     """At temperature 1 each row draws from its own seed (settings.seed + row): the same tokens as that
     row decoded alone with the same tree settings, on either kind of pass."""

@@ -29,6 +29,8 @@ from tests.helpers.sampling import (
 from tests.helpers.scripted import PROMPT, ScriptedDrafter, hf_greedy
 from tests.helpers.tiny import tiny_llama
 
+pytestmark = pytest.mark.slow  # compiles the target's graphs: `make test-fast` leaves it out
+
 
 def generate(model, drafter, draft_len, max_new_tokens: int = 40, compile: str = "on", prompt=PROMPT):
     engine = SpeculativeEngine(model.model, model.eos_token_ids, model.facts.max_context, compile)

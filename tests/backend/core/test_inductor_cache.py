@@ -19,6 +19,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.slow  # compiles the target's graphs: `make test-fast` leaves it out
 VERIFY_PASS = """
 import json, sys, torch
 from torch._dynamo.utils import counters

@@ -20,6 +20,8 @@ from backend.drafters import build_drafter
 from tests.helpers.scripted import PROMPT as REPEATS
 from tests.helpers.trees import BRANCHING, later_sibling_accepted
 
+pytestmark = pytest.mark.slow  # compiles the target's graphs: `make test-fast` leaves it out
+
 PROMPT = [5, 9, 13, 22, 5, 9, 13, 40]  # the last token is x, the root of the tree
 
 

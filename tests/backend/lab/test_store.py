@@ -210,6 +210,7 @@ def test_open_runs_become_incomplete_at_the_next_start(tmp_path):
     assert reopened.recovered == 1 and reopened.run("r1")["status"] == "incomplete"
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_keeps_its_steps_and_is_marked_incomplete(tmp_path):
     db = tmp_path / "killed.duckdb"
     longest = MAX_NEW_TOKENS  # a tiny model decodes ~1,000 tokens/s: the run must outlast the kill

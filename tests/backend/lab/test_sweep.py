@@ -116,6 +116,7 @@ def test_codesign_without_measurements_gives_the_rules():
     assert given["head_dim"] == 128 and given["head_dim_from_config"] and given["d_ladder"] == [15, 31, 47, 63]
 
 
+@pytest.mark.slow
 def test_sweep_and_codesign_command_lines(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
     suite = tmp_path / "suite.jsonl"

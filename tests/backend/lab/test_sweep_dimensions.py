@@ -103,6 +103,7 @@ def test_grid_and_labels():
     assert variant_label(0.7, {"drafter_path": "/x/y/eagle3-run2"}) == "T=0.7, drafter_path=eagle3-run2"
 
 
+@pytest.mark.slow
 def test_tree_budgets_are_a_dimension_for_drafters_that_build_trees(tiny, tmp_path, monkeypatch):
     """ngram at each budget, a drafter without trees (layerskip, made one here) at chains only; every greedy
     point lossless at batch size 2 (ragged trees in one pass); the whole sweep on the compiled passes of a

@@ -255,6 +255,7 @@ def test_a_lane_with_a_confidence_stop_streams_stores_and_stays_lossless(worker)
     assert worker.store.run(job.of("baseline")[0]["run_id"])["min_confidence"] == 0.0
 
 
+@pytest.mark.slow
 def test_a_job_with_a_tree_lane_runs_on_the_targets_compiled_passes(tiny, tmp_path):
     """On a target whose engines compile, the tree lane and the job's plain baseline both run (and are
     stored as) compiled, so the speedup compares the same passes, and the tree lane stays lossless."""

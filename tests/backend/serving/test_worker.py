@@ -15,6 +15,8 @@ import pytest
 
 from tests.helpers.workers import ROOT, WorkerProcess
 
+pytestmark = pytest.mark.slow  # starts worker processes: `make test-fast` leaves it out
+
 PROMPT = "w5 w9 w13 w5 w9 w13 w22"
 
 

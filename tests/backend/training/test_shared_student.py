@@ -200,6 +200,7 @@ def test_a_float16_pass_that_overflows_ends_drafting_and_the_output_stays_the_ta
     assert all(step.stop_reason == "overflow" for step in run.steps[:-1])
 
 
+@pytest.mark.slow
 def test_a_float16_student_on_the_compiled_path_runs_narrow_projections_and_stays_lossless(tiny, tmp_path):
     expected = whole_target_student(tiny, tmp_path)
     compiled_target = dataclasses.replace(tiny, compile="on")

@@ -40,6 +40,7 @@ def _bench(folder, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_table_and_json(tiny, tmp_path):
     done = _bench(save_tiny(tiny, tmp_path / "tiny"), "--rows", "2", "--window", "16", "--repeats", "1", "--json")
     assert done.returncode == 0, done.stderr

@@ -177,6 +177,7 @@ def test_train_command_rejects_bad_input_clearly(tiny, tmp_path, monkeypatch, ca
     assert not list((tmp_path / "cache").rglob("*.safetensors")), "bad input is refused before anything is distilled"
 
 
+@pytest.mark.slow
 def test_train_command_end_to_end(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
 
@@ -211,6 +212,7 @@ def test_train_command_end_to_end(tiny, tmp_path):
     assert f"Started from the weights in `{tmp_path / 'out'}` (32 steps" in readme
 
 
+@pytest.mark.slow
 def test_train_command_distils_once_then_trains_a_student_for_a_time_budget(tiny, tmp_path):
     folder = save_tiny(tiny, tmp_path / "tiny")
     common = [
