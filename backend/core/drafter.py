@@ -70,7 +70,7 @@ class DraftRequest:
     # at most `branching` children per node; a drafter without a tree builder proposes a chain
     max_nodes: int = 0
     branching: int = 1
-    # a chain stops before the first token whose running product of the drafter's own probabilities falls
+    # a chain stops before the first token whose running product of the drafter's confidences falls
     # below this (0: never); a drafter may stop there itself to save draft passes, the engine cuts any draft
     min_confidence: float = 0.0
 
@@ -79,7 +79,10 @@ class DraftRequest:
 class Draft:
     tokens: list[int]
     probs: torch.Tensor | None = None  # [len(tokens), V] the distribution each token was drawn from
-    confidence: list[float] | None = None  # the drafter's own probability for each token, for display
+    # the drafter's confidence at each position, which the confidence stop reads: the greedy token's probability,
+    # or when sampling q's top probability, never the drawn token's own (whether a sampled draft is kept must not
+    # depend on the token drawn there, or the output leaves the target's distribution)
+    confidence: list[float] | None = None
     stop_reason: str | None = None  # why fewer than max_tokens: "no-match", "low-confidence", ...
     # a short label of how strong the drafter's evidence was (e.g. "n3": a 3-token match); the auto
     # draft-length policy learns how often drafts with each label are accepted

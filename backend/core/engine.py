@@ -89,6 +89,15 @@ class PendingStep:
     asked: int = 0  # drafts a costly drafter was asked for (0: none, or a free drafter's proposal)
 
 
+def drafted_probabilities(draft: Draft, count: int) -> list[float] | None:
+    """For display, each of the first `count` drafted tokens' own probability: q(d_i) where they were sampled
+    (the confidence is then q's top probability), else the drafter's confidence."""
+    if draft.probs is not None and draft.parents is None:
+        tokens = torch.tensor(draft.tokens[:count], device=draft.probs.device)  # [count]
+        return draft.probs[:count].gather(1, tokens[:, None])[:, 0].tolist()
+    return draft.confidence[:count] if draft.confidence is not None else None
+
+
 class Sequence:
     """One sequence's state across steps: what it has committed, how it drafts and when it stops."""
 
@@ -218,7 +227,7 @@ class Sequence:
             index=len(self.steps),
             draft_len=pending.cap,
             drafted=drafted,
-            draft_probs=draft.confidence[: len(drafted)] if draft.confidence is not None else None,
+            draft_probs=drafted_probabilities(draft, len(drafted)),
             target_probs=shown_of[:-1],
             accepted=verdict.accepted,
             target_token=verdict.token,

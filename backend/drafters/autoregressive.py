@@ -74,7 +74,7 @@ class AutoregressiveSession:
                 q = target_probs(logits[None], sampling)[0]  # [V]
                 token = sample(q, request.generator)
                 rows.append(q)
-                confidence.append(float(q[token]))
+                confidence.append(float(q.max()))  # not q[token]: see Draft.confidence
             drafted.append(token)
             if token in self.eos_ids or confident_length(confidence, request.min_confidence) < len(drafted):
                 break  # an unconfident token is cut by the engine: drafting past it would be wasted

@@ -166,10 +166,11 @@ class CommittedStates:
 def pick_tokens(
     logits: torch.Tensor, d2t: torch.Tensor, vocab_size: int, request: DraftRequest
 ) -> tuple[list[int], torch.Tensor | None, list[float]]:
-    """Draft logits [n, Vd] -> target token ids, q [n, V] (None when greedy: one-hot) and each token's draft
-    probability. Sampling processes the logits with the target's own settings (temperature, top-k, top-p)
-    over the draft vocabulary and draws there; q is that distribution placed at d2t, zero elsewhere, so
-    rejection sampling stays exact."""
+    """Draft logits [n, Vd] -> target token ids, q [n, V] (None when greedy: one-hot) and each position's
+    confidence (Draft.confidence: the greedy token's probability, or q's top probability when sampling).
+    Sampling processes the logits with the target's own settings (temperature, top-k, top-p) over the draft
+    vocabulary and draws there; q is that distribution placed at d2t, zero elsewhere, so rejection sampling
+    stays exact."""
     if request.sampling.greedy:
         chosen = logits.argmax(dim=-1)  # [n]
         probs = torch.softmax(logits.float(), dim=-1).gather(1, chosen[:, None])[:, 0]  # [n]
@@ -177,7 +178,7 @@ def pick_tokens(
     q = target_probs(logits, request.sampling)  # [n, Vd]
     chosen = torch.tensor([sample(row, request.generator) for row in q], device=q.device)  # [n]
     full = q.new_zeros(q.shape[0], vocab_size).index_copy_(1, d2t, q)  # [n, V]
-    return d2t[chosen].tolist(), full, q.gather(1, chosen[:, None])[:, 0].tolist()
+    return d2t[chosen].tolist(), full, q.max(dim=-1).values.tolist()
 
 
 def cut_after_eos(
