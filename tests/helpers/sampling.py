@@ -9,6 +9,7 @@ from collections.abc import Callable
 import torch
 from scipy.stats import chisquare
 
+from backend.core.batch import BatchEngine
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.tree import TreeLayout
 from backend.core.tree_shape import children
@@ -22,6 +23,7 @@ SAMPLES = 1500
 # their broken-rule checks show this count still rejects a wrong rule
 REGISTRY_SAMPLES = 600
 SIGNIFICANCE = 1e-3
+BATCH_ROWS = 100  # generations sharing each target pass (test_batch_sampling.py: each row draws as it would alone)
 
 
 @torch.inference_mode()
@@ -44,21 +46,30 @@ def sampled_joint(
     samples: int = SAMPLES,
     tree_budget: int = 0,
     min_confidence: float = 0.0,
+    rows: int = BATCH_ROWS,
 ) -> torch.Tensor:
+    """Counts [V, V] of the first two tokens of `samples` generations seeded 0 .. samples - 1. `rows` of them
+    share each target pass (batch.py, row r seeded settings.seed + r: the tokens a single sequence with that
+    seed draws, test_batch.py); rows=1 runs each alone on the single-sequence engine."""
     engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
-    for seed in range(samples):
+    for first_seed in range(0, samples, rows):
         # 3 new tokens: the first step drafts up to 2 deep (the cap leaves room for the target's own token)
         settings = GenerationSettings(
             max_new_tokens=3,
             draft_len=draft_len,
             sampling=sampling,
-            seed=seed,
+            seed=first_seed,
             tree_budget=tree_budget,
             min_confidence=min_confidence,
         )
-        out = engine.generate(PROMPT, drafter, settings).run().output_ids
-        counts[out[0], out[1]] += 1
+        batch = min(rows, samples - first_seed)
+        if batch == 1:
+            outputs = [engine.generate(PROMPT, drafter, settings).run().output_ids]
+        else:
+            outputs = [row.output_ids for row in BatchEngine(engine).generate([PROMPT] * batch, drafter, settings).rows]
+        for out in outputs:
+            counts[out[0], out[1]] += 1
     return counts
 
 

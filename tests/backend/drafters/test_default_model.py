@@ -12,7 +12,7 @@ from backend.lab.prompts import DEFAULT_SUITE, load_suite
 from backend.lab.runner import Runner
 
 pytestmark = pytest.mark.slow
-MAX_NEW = 48
+MAX_NEW = 32  # per turn: three questions, one of them multi-turn
 CATEGORIES = ["code_editing", "summarization", "multi_turn"]
 
 

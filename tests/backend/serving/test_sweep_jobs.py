@@ -88,6 +88,7 @@ def test_bad_sweep_settings_get_one_clear_message(worker):
         client.start_sweep(**{**BODY, "temperatures": [-1]})
 
 
+@pytest.mark.slow  # starts its own worker process
 def test_the_worker_publishes_its_url_beside_the_store_and_withdraws_it(tiny_folder, tmp_path):
     db = tmp_path / "own.duckdb"
     process = WorkerProcess(db, tiny_folder)
@@ -132,6 +133,7 @@ def test_the_reference_is_imported_at_start_and_used_where_the_user_has_nothing(
     assert bad.status_code == 422 and "kind: choose from" in bad.json()["error"]
 
 
+@pytest.mark.slow  # starts its own worker process
 def test_codesign_falls_back_to_the_reference_and_says_so(tiny, tiny_folder, tmp_path):
     reference = tmp_path / "reference"
     build_reference(tiny, reference, name=tiny_folder)
