@@ -11,6 +11,7 @@ from tests.helpers.browser import BROWSER_TEST, SHOTS
 from tests.pages.test_browser_e2e import (
     FIRST_TOKEN_OF_A_NEW_RUN,
     PROMPT,
+    set_draft_len,
     speedup_shown,
     type_prompt,
 )
@@ -57,6 +58,7 @@ def expected_from(steps: list[dict]) -> dict:
 def test_answer_only_is_the_decoded_output_and_drafts_never_break_lines(browser_page, e2e_worker):  # noqa: F811
     page = browser_page
     type_prompt(page, PROMPT)
+    set_draft_len(page, 8)  # a fixed D: what auto drafts follows the step times measured on a loaded machine
     page.get_by_role("button", name="Run", exact=True).click()
     page.wait_for_function(FIRST_TOKEN_OF_A_NEW_RUN, arg="", polling=50)
     speedup_shown(page).wait_for()

@@ -27,7 +27,7 @@ def sweep(template: str, draft_lens: str) -> list[str]:
 
 def test_a_llamacpp_sweep_reads_and_stores_acceptance_and_timings(binary, tmp_path, capsys):
     db = tmp_path / "runs.duckdb"
-    common = ["--categories", "code_editing,summarization", "--per-category", "1", "--max-new-tokens", "48"]
+    common = ["--categories", "code_editing,summarization", "--per-category", "1", "--max-new-tokens", "24"]
     common += ["--concurrency", "1,2", "--target", "default", "--local", "--db", str(db), "--json"]
     assert main(sweep(ngram_template(binary), "4") + ["--method", "ngram-simple", *common]) == 0
     spec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
