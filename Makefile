@@ -24,10 +24,10 @@ run: setup
 	$(PY) -m streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist, one per core by default); each test module stays on one
-# process, so its fixtures (a worker, compiled graphs, a browser) are built once; modules with slow tests are handed
-# out first (tests/conftest.py orders them). It ends with the 25 slowest tests and the total.
+# process, so its fixtures (a worker, compiled graphs, a browser) are built once. It ends with the 25 slowest tests
+# and the total.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 # lint and format checks first (seconds), then llama.cpp's server (built once, ~5 min, then cached), then
 # the suite (which also checks the import contract)

@@ -44,11 +44,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
-    # Modules holding slow tests run first, each in collection order: `make test` hands whole modules to its
-    # processes in this order (--no-loadscope-reorder), so the long ones start early and the many short ones
-    # fill the end, rather than one process finishing a minutes-long module while the other waits.
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_modules)
 
 
 # Workers and CLI runs started by tests take the eager path unless a test asks for `--compile on`:
