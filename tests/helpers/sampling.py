@@ -50,7 +50,7 @@ def sampled_joint(
 ) -> torch.Tensor:
     """Counts [V, V] of the first two tokens of `samples` generations seeded 0 .. samples - 1. `rows` of them
     share each target pass (batch.py, row r seeded settings.seed + r: the tokens a single sequence with that
-    seed draws, test_batch.py); rows=1 runs each alone on the single-sequence engine."""
+    seed draws, test_batch_sampling.py); rows=1 runs each alone on the single-sequence engine."""
     engine = SpeculativeEngine(target.model, eos_ids=set(), max_context=64, compile=compile)
     counts = torch.zeros(VOCAB, VOCAB)
     for first_seed in range(0, samples, rows):
