@@ -59,7 +59,18 @@ def prompt_input(prefix: str) -> dict:
 def target_input(prefix: str, models: dict, stored: list[str] = ()) -> str:
     """The worker's targets (default first), plus `stored`: targets that only have stored results."""
     specs = list(dict.fromkeys([models["default_target"], *(t["spec"] for t in models["targets"]), *stored]))
-    return st.selectbox("Target model", specs, key=f"{prefix}_target")
+    chosen = st.selectbox("Target model", specs, key=f"{prefix}_target")
+    precision = next((t.get("precision") for t in models["targets"] if t["spec"] == chosen), None)
+    if precision:
+        st.caption(precision_caption(precision))
+    return chosen
+
+
+def precision_caption(precision: dict) -> str:
+    """'bfloat16 · CPU features amx_bf16 avx512_bf16 avx2': the dtype a target runs in, and what this CPU
+    multiplies natively (the worker's /models says both)."""
+    features = " ".join(precision["cpu_features"])
+    return f"{precision['dtype']} · " + (f"CPU features {features}" if features else "on a GPU")
 
 
 def drafter_input(prefix: str, models: dict, default: str = "suffix", default_len: int | str = "auto") -> dict:

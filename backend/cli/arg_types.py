@@ -136,3 +136,14 @@ def json_object(text: str) -> dict:
             f"expected a JSON object such as '{{\"draft_vocab_size\": 6144}}', got {text!r}"
         )
     return value
+
+
+PRECISIONS = ("float32", "bfloat16", "float16")
+
+
+def dtypes(text: str) -> list[str]:
+    found = list(dict.fromkeys(names(text)))
+    unknown = [name for name in found if name not in PRECISIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown dtype '{unknown[0]}': use {', '.join(PRECISIONS)}")
+    return found

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from backend.cli.common import drafter_options, load_target, quiet_libraries
-from backend.cli.speed_table import format_speed_table
+from backend.cli.speed_table import format_speed_table, precision_label
 from backend.core.errors import SpecScopeError, first_line
 
 if TYPE_CHECKING:
@@ -113,7 +113,8 @@ def _spread_prompts(target: LoadedModel, count: int) -> list[list[int]]:
 
 def format_forward_table(report: dict) -> str:
     lines = [
-        f"{report['target']} on {report['device']} ({report['dtype']}), {report['context']} tokens cached, "
+        f"{report['target']} on {report['device']} ({report['dtype']}; {precision_label(report['cpu_features'])}), "
+        f"{report['context']} tokens cached, "
         f"median of {report['repeats']}; memory roofline {report['roofline_tps']:.1f} tok/s "
         f"({report['weight_mb_per_token']:.0f} MB of weights per token at {report['bandwidth_gb_s']:.1f} GB/s)",
         "plain decoding: "
@@ -219,7 +220,7 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress, 
     owned = store is None
     store = open_store(args.db) if owned else store
     args.target = args.target or "default"
-    target = load_target(args)
+    target, *others = [load_target(args, dtype) for dtype in args.dtypes or [args.dtype]]
     try:
         return run_sweep(
             target,
@@ -237,6 +238,7 @@ def _sweep_locally(args: argparse.Namespace, questions, record: dict, progress, 
             args.tree_budgets,
             args.tree_topk,
             args.min_confidences,
+            others,
         )
     finally:
         if owned:
@@ -254,6 +256,7 @@ def _sweep_record(args: argparse.Namespace, questions) -> dict:
         "options": args.options,
         "tree_budgets": args.tree_budgets,
         "min_confidences": args.min_confidences,
+        "dtypes": args.dtypes,
         "categories": args.categories,
         "per_category": args.per_category,
         "prompts": len(questions),
@@ -325,6 +328,7 @@ def bench_sweep(args: argparse.Namespace) -> int:
                 "tree_budgets": args.tree_budgets,
                 "tree_topk": args.tree_topk,
                 "min_confidences": args.min_confidences,
+                "dtypes": args.dtypes,
                 "settings": record,
             }
             try:

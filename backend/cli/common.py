@@ -43,21 +43,29 @@ def add_compile_arg(parser: argparse.ArgumentParser) -> None:
 def add_device_args(parser: argparse.ArgumentParser) -> None:
     """Where and how models load: --device, --dtype and --allow-remote-code (the worker's, for every target)."""
     parser.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (bf16 on CUDA; on a CPU, bf16 where AMX-BF16 or AVX512-BF16 make it cheaper, else fp32), "
+        "float32, bfloat16, float16",
+    )
     parser.add_argument("--allow-remote-code", action="store_true", help="let models run their own code (trusted only)")
 
 
-def load_target(args: argparse.Namespace):
+def load_target(args: argparse.Namespace, dtype: str | None = None):
+    """The --target, loaded on --device in `dtype` (default: --dtype), warmed up."""
     quiet_libraries()
     from backend.core.models import load_model
 
     target = load_model(
         args.target,
         device=args.device,
-        dtype=args.dtype,
+        dtype=dtype or args.dtype,
         allow_remote_code=args.allow_remote_code,
         compile=getattr(args, "compile", "off"),
     )
+    if target.dtype_reason:
+        print(f"--dtype auto: {target.dtype_reason}", file=sys.stderr, flush=True)
     warm_up_target(target)
     return target
 

@@ -30,6 +30,7 @@ from backend.cli.arg_types import (
     count,
     draft_len,
     draft_lens,
+    dtypes,
     names,
     option_values,
     seed,
@@ -179,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", help="the DuckDB store: its worker (which publishes its URL beside it) is used when running"
     )
     sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
+    sweep.add_argument(
+        "--dtypes",
+        type=dtypes,
+        help="precision as a sweep dimension, e.g. float32,bfloat16: the whole grid in each (replaces --dtype)",
+    )
     add_engine_args(sweep)
     sweep.set_defaults(handler=lambda args: _bench("sweep", args))
 

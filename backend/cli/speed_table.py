@@ -10,6 +10,7 @@ LABEL = 24  # width of the config column: fits `suffix@auto/tree=16`
 def format_speed_table(report: dict) -> str:
     plain = report["summary"]["plain@0"]
     lines = [
+        f"{report['dtype']}, {precision_label(report['cpu_features'])}; "
         f"{report['prompts']} prompts; plain decoding {plain['tokens_per_s']:.1f} tok/s end to end, "
         f"{plain['decode_tokens_per_s']:.1f} prefill left out (compile "
         f"{plain['compile']}, one-row passes: {plain['graphs']}); "
@@ -24,6 +25,12 @@ def format_speed_table(report: dict) -> str:
             f"{where.get('turn')}, token {where.get('position')}, ours {where.get('ours')} vs HF's "
             f"{where.get('theirs')}, logit margin {where.get('margin')}",
         )
+    lines += [
+        f"  {where['config']} differs from plain decoding on question {where['question_id']}: turn "
+        f"{where.get('turn')}, token {where.get('position')}, {where.get('ours')} vs {where.get('theirs')}, "
+        f"logit margin {where.get('margin')}"
+        for where in report.get("lossless_disagreements", [])
+    ]
     configs = {label: row for label, row in report["summary"].items() if label != "plain@0"}
     lines.append(
         f"{'config':<{LABEL}}{'AL':>6}{'tok/s':>8}{'vs plain':>10}{'decode-only':>13}{'vs HF PLD':>11}"
@@ -53,6 +60,11 @@ def format_speed_table(report: dict) -> str:
     if branched:
         lines += ["", "tree steps that branched: " + ", ".join(f"{k} {v:.0%}" for k, v in branched.items())]
     return "\n".join(lines)
+
+
+def precision_label(features: list[str]) -> str:
+    """'CPU features amx_bf16 avx512_bf16 avx2' ('none' where none were recorded: off the CPU)."""
+    return f"CPU features {' '.join(features) or 'none'}"
 
 
 def _times(ratio: float | None) -> str:

@@ -9,7 +9,9 @@ rotary embedding, embedding and LM head are its modules; q/k/v and gate/up are c
 matrix each), keys and values go into `StaticKV` at each row's own length, and a new token sees the
 row's cached slots and, among the pass's new tokens, those a `Visibility` allows: the ones up to itself
 (a chain), or itself and its ancestors at the position of its depth (a token tree, tree.py). Chains and
-trees share the graphs, so a tree is verified at the compiled speed. Graphs:
+trees share the graphs, so a tree is verified at the compiled speed. In bf16 each query row attends as
+in a one-token pass (row_attention.py), so a verify pass scores a token exactly as plain decoding does.
+Graphs:
 
 - T = 1 (plain decoding and one-token drafts), and one graph for 2 <= T <= MAX_COMPILED_WIDTH with
   the width symbolic, so every verify width shares it (no padding); batch size and cache capacity
@@ -37,13 +39,13 @@ import shutil
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from backend.core.aot_packages import PackagedGraphs, packages_enabled
 from backend.core.inductor_cache import allow_frozen_onednn_weights, keyed_by, linear_weights_digest
 from backend.core.inductor_templates import adjust_templates
 from backend.core.kv import ForwardResult
+from backend.core.row_attention import REDUCED_PRECISION, Attention, attention_for
 from backend.core.static_kv import StaticKV
 from backend.core.tree import Visibility
 
@@ -87,9 +89,10 @@ def compiler_reason(device: torch.device) -> str | None:
 class _FusedLayer(nn.Module):
     """One decoder layer: the Hugging Face layer's norms and MLP activation, its projections fused."""
 
-    def __init__(self, layer: nn.Module) -> None:
+    def __init__(self, layer: nn.Module, attend: Attention) -> None:
         super().__init__()
         attention, mlp = layer.self_attn, layer.mlp
+        self.attend = attend
         self.input_norm = layer.input_layernorm
         self.post_attention_norm = layer.post_attention_layernorm
         self.qkv = _concatenated([attention.q_proj, attention.k_proj, attention.v_proj])
@@ -119,9 +122,7 @@ class _FusedLayer(nn.Module):
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         keys[rows, :, slots] = k.transpose(1, 2)  # [B, T, kv_heads, hd] into each row's slots
         values[rows, :, slots] = v.view(batch, width, -1, self.head_dim)
-        attended = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=visible, enable_gqa=True
-        )  # [B, heads, T, hd]
+        attended = self.attend(q, keys, values, visible)  # [B, heads, T, hd]
         x = x + self.o_proj(attended.transpose(1, 2).reshape(batch, width, -1))
         gate, up = self.gate_up(self.post_attention_norm(x)).chunk(2, dim=-1)
         return x + self.down_proj(self.act(gate) * up)
@@ -131,9 +132,10 @@ class _FusedModel(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         decoder = model.get_decoder()
+        attend = attention_for(next(model.parameters()).dtype)  # width-invariant rows in bf16 (row_attention.py)
         self.embed = decoder.embed_tokens
         self.rotary = decoder.rotary_emb
-        self.layers = nn.ModuleList(_FusedLayer(layer) for layer in decoder.layers)
+        self.layers = nn.ModuleList(_FusedLayer(layer, attend) for layer in decoder.layers)
         self.norm = decoder.norm
         self.lm_head = model.get_output_embeddings()
 
@@ -189,12 +191,19 @@ class FastForward:
         on_cpu = compiled and self.device.type == "cpu"
         self._graph_settings = CPU_GRAPHS if on_cpu else {}  # every graph's but a batch's verify graph
         self._batch_verify = CPU_BATCH_VERIFY if on_cpu else {}
+        # bf16 and fp16 score every row as in a one-token pass only within one graph: one-token passes take
+        # the verify graph (_through_verify_graph)
+        self.one_graph = compiled and self.dtype in REDUCED_PRECISION
+        if self.one_graph:  # and a batch's verify graph the same products as a single sequence's
+            self._batch_verify = self._graph_settings
         self._weights = linear_weights_digest(self.module) if on_cpu else None  # the weights freezing packs
         self._packed_weights: str | None = None  # _weights, once inductor's on-disk cache takes them
         self.packages: PackagedGraphs | None = None  # single-sequence graphs compiled ahead of time (aot_packages.py)
         if self._weights and packages_enabled(self.device):
             identity = f"{self._weights}\n{config.to_json_string()}"
-            per_kind = {1: self._graph_settings, 2: self._graph_settings}  # one token, verify
+            per_kind = (
+                {2: self._graph_settings} if self.one_graph else {1: self._graph_settings, 2: self._graph_settings}
+            )
             self.packages = PackagedGraphs(self.module, self.new_cache, identity, per_kind, MAX_COMPILED_WIDTH)
 
     def new_cache(self, capacity: int, batch: int = 1) -> StaticKV:
@@ -208,6 +217,8 @@ class FastForward:
         tokens see of each other (default: a chain each). Returns logits [B, T, V] float32 (with
         last_only, at least the last position's) and the hidden states per layer index, each [B, T, H]."""
         batch, width = ids.shape
+        if width == 1 and self.one_graph:
+            return self._through_verify_graph(ids, cache)
         if cache.room() < width:
             raise ValueError(f"the static cache holds {cache.capacity} slots: no room for {width} more")
         seen = seen or Visibility.chains(batch, width, ids.device)
@@ -230,6 +241,16 @@ class FastForward:
                     logits, hidden = graphs(ids, cache.lengths, cache.keys, cache.values, *seen)
         cache.lengths = cache.lengths + width
         return ForwardResult(logits, tuple(hidden.unbind(0)))
+
+    def _through_verify_graph(self, ids: torch.Tensor, cache: StaticKV) -> ForwardResult:
+        """A one-token pass run as a pass of two ([token, token]; the second sees the first, the first does
+        not see the second) whose first row is kept: the verify graph's rows are width-invariant, while
+        a graph built for T = 1 rounds differently. On CPUs with bf16 units, two rows cost what one does."""
+        if cache.room() < 2:
+            cache.grow(2)
+        result = self.forward(ids.expand(-1, 2), cache)
+        cache.lengths = cache.lengths - 1  # the second slot is written over by the next pass
+        return ForwardResult(result.logits[:, :1], tuple(h[:, :1] for h in result.hidden))
 
     def _compiled(self) -> Callable:
         """torch.compile's graphs (made at the first pass that needs them: a start served by packages

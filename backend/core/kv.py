@@ -17,6 +17,7 @@ from functools import cache as memoize
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from backend.core.row_attention import hugging_face_rows
 from backend.core.tree import TreeLayout, Visibility
 
 
@@ -94,7 +95,8 @@ def cached_forward(
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
         kwargs["position_ids"] = position_ids
-    out = model(input_ids=inputs, **kwargs)
+    with hugging_face_rows(model):  # bf16: each row scored as in a one-token pass (row_attention.py)
+        out = model(input_ids=inputs, **kwargs)
     hidden = tuple(h[0] for h in out.hidden_states) if want_hidden else None
     return ForwardResult(out.logits[0].float(), hidden)
 
@@ -129,14 +131,15 @@ def batched_forward(
     to (or a ready [B, 1, T, slots + T] additive mask, batched_tree_mask); positions [B, T] are each
     row's RoPE positions. Returns logits [B, T, V] (float32) and, when asked for, the hidden states per
     layer index, [B, T, H]."""
-    out = model(
-        input_ids=inputs,
-        attention_mask=valid,
-        position_ids=positions,
-        use_cache=True,
-        output_hidden_states=want_hidden,
-        **{_cache_keyword(type(model)): cache},
-    )
+    with hugging_face_rows(model):
+        out = model(
+            input_ids=inputs,
+            attention_mask=valid,
+            position_ids=positions,
+            use_cache=True,
+            output_hidden_states=want_hidden,
+            **{_cache_keyword(type(model)): cache},
+        )
     return ForwardResult(out.logits.float(), tuple(out.hidden_states) if want_hidden else None)
 
 

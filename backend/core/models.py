@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from backend.core.cpu_features import auto_dtype, features_of
 from backend.core.errors import ModelLoadError, first_line
 
 DEFAULT_SPEC = "default"
@@ -81,6 +82,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     compile: str = "off"  # auto | on | off: how engines on this target run its passes (target_passes.py)
+    dtype_reason: str | None = None  # why `--dtype auto` chose `dtype` on this machine (None: asked for by name)
 
     @property
     def facts(self) -> ModelFacts:
@@ -96,6 +98,12 @@ class LoadedModel:
             max_context=getattr(config, "max_position_embeddings", None) or self.tokenizer.model_max_length,
             num_parameters=sum(p.numel() for p in self.model.parameters()),
         )
+
+    @property
+    def precision(self) -> dict:
+        """What every figure measured on this target names beside it: {"dtype": "bfloat16", "cpu_features":
+        ["amx_bf16", ..., "avx2"]} (the features [] off the CPU)."""
+        return {"dtype": str(self.dtype).removeprefix("torch."), "cpu_features": features_of(self.device)}
 
     @property
     def layer_weights(self) -> int:
@@ -120,6 +128,13 @@ class LoadedModel:
         return ids
 
 
+def widest_linear(module: torch.nn.Module) -> torch.Tensor | None:
+    """The weight [out, in] of the largest Linear inside a decoder layer (the LM head aside): what a
+    precision probe times, as the matrix a pass spends most of its time on."""
+    layers = [m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in name]
+    return max((m.weight for m in layers), key=lambda weight: weight.numel(), default=None)
+
+
 def matmul_weights(module: torch.nn.Module) -> int:
     """Weights of the Linear layers in a module: its multiply-accumulates per token (embeddings are lookups)."""
     return sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
@@ -138,21 +153,24 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto` is bf16 on CUDA and fp32 on the CPU (CPU bf16 matmuls are slower than fp32 on most laptops)."""
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """The dtype a name asks for; `auto` is bf16 on CUDA and None on a CPU, where it is decided once the
+    target is loaded (cpu_features.auto_dtype: bf16 only where a bf16 unit makes its products cheaper)."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    dtypes = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if name not in dtypes:
+        return torch.bfloat16 if device.type == "cuda" else None
+    if name not in DTYPES:
         raise ModelLoadError(f"unknown dtype '{name}': use auto, float32, bfloat16 or float16")
-    return dtypes[name]
+    return DTYPES[name]
 
 
 def model_label(spec: str) -> str:
@@ -212,11 +230,15 @@ def load_model(
         # already take this path. CUDA keeps transformers' default (its flash kernels need no mask).
         os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
     source, fingerprint = _resolve_source(spec, allow_remote_code)  # first: a bad spec fails before anything
-    model = _load_causal_lm(spec, source, torch_dtype, allow_remote_code)
+    model = _load_causal_lm(spec, source, torch_dtype or torch.float32, allow_remote_code)
     tokenizer = _load_tokenizer(spec, source, allow_remote_code)
+    reason = None
+    if torch_dtype is None:
+        torch_dtype, reason = auto_dtype(torch_device, widest_linear(model))
+        model.to(torch_dtype)
     model.to(torch_device)
     model.eval()
-    return LoadedModel(spec, source, fingerprint, model, tokenizer, torch_device, torch_dtype, compile)
+    return LoadedModel(spec, source, fingerprint, model, tokenizer, torch_device, torch_dtype, compile, reason)
 
 
 def config_facts(spec: str, allow_remote_code: bool = False) -> dict:

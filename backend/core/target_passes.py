@@ -150,11 +150,11 @@ class CompiledPasses:
             for width in WARM_UP_WIDTHS:
                 if progress:
                     kind = "one-token" if width == 1 else "verify"
-                    packaged = rows == 1 and packages and packages.path(min(width, 2)).exists()
+                    packaged = rows == 1 and packages and packages.path(packages.kind_of(width)).exists()
                     doing = "loading the compiled" if packaged else "compiling the"
                     progress(f"{doing} target's {kind} pass" + (" for batches" if rows > 1 else ""))
                 self._run_once(rows, width)
-            if rows == 1 and packages and packages.loaded() == [1, 2]:
+            if rows == 1 and packages and packages.complete():
                 continue
             if progress and rows == 1 and packages and packages.failure:
                 progress(f"no ahead-of-time package ({packages.failure}): torch.compile's graphs serve")
@@ -221,14 +221,15 @@ def target_passes(model, choice: str = "off") -> EagerPasses | CompiledPasses:
 
 def single_sequence_graphs(model) -> str:
     """What runs this model's compiled one-row passes now, for a benchmark to say beside its figures:
-    "packages" (both loaded, aot_packages.py), "torch.compile" (with why no package where one failed),
-    "packages (one-token)" or "packages (verify)" (the other on torch.compile), or "eager"."""
+    "packages" (every kind loaded, aot_packages.py; in bf16 the verify package serves one-token passes
+    too), "torch.compile" (with why no package where one failed), "packages (one-token)" or "packages
+    (verify)" (the other on torch.compile), or "eager"."""
     passes = _COMPILED.get(model)
     if passes is None:
         return "eager"
     packages = passes.fast.packages
     loaded = packages.loaded() if packages else []
-    if loaded == [1, 2]:
+    if packages and packages.complete():
         return "packages"
     if loaded:
         return f"packages ({'one-token' if loaded == [1] else 'verify'})"

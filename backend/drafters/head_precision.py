@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from backend.core.cpu_features import has_bf16_unit
 from backend.core.errors import SpecScopeError
 from backend.core.models import LoadedModel
 from backend.drafters.trained import TrainedHead
@@ -54,8 +55,7 @@ def student_dtype(choice: str, target: LoadedModel) -> torch.dtype:
     a 400-token prompt took 160 ms in float16, 46 in float32 and 33 in bfloat16 (a one-token pass 1.7, 2.8
     and 1.7 ms)."""
     if choice == AUTO:
-        native_bf16 = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-        return torch.bfloat16 if _fp32_on_cpu(target) and native_bf16 else target.dtype
+        return torch.bfloat16 if _fp32_on_cpu(target) and has_bf16_unit() else target.dtype
     return _chosen(choice)
 
 

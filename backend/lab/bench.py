@@ -51,7 +51,8 @@ class Measurement:
     @classmethod
     def of_run(cls, result: RunResult) -> Measurement:
         output_ids = result.output_ids
-        return cls(output_ids, len(output_ids), result.wall_s, result.steps, decode_seconds=result.decode_s)
+        turns = [turn.output_ids for turn in result.turns]
+        return cls(output_ids, len(output_ids), result.wall_s, result.steps, turns, result.decode_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -162,7 +163,8 @@ def speed_benchmark(
     runner.run(["Warm up."], None, GenerationSettings(max_new_tokens=8, draft_len=0))
     shuffle = random.Random(seed)
     per_prompt: list[dict[str, Measurement]] = []
-    disagreements: list[dict] = []
+    disagreements: list[dict] = []  # where HF's greedy output leaves ours
+    lossy: list[dict] = []  # where a configuration's output leaves our plain decoding's (a near-tie, or a bug)
     for question in questions:
         plain = runner.run(question.turns, None, plain_settings)
         progress("plain")
@@ -174,6 +176,9 @@ def speed_benchmark(
         for label, prompt_lookup in jobs:
             if label in built:
                 measured[label] = _engine(runner, question, built[label], settings[label])
+                if measured[label].output_ids != plain.output_ids:
+                    where = first_disagreement(target, plain, measured[label].turn_outputs)
+                    lossy.append({"config": label, "question_id": question.question_id, **(where or {})})
             else:
                 measured[label] = _hf(target, plain, max_new_tokens, prompt_lookup)
                 if label == "hf-generate" and measured[label].output_ids != plain.output_ids:
@@ -189,7 +194,8 @@ def speed_benchmark(
     graphs = single_sequence_graphs(target.model)
     report = _report(questions, per_prompt, configs, hf_lens, runner.engine.compile, graphs)
     report["hf_generate_disagreements"] = disagreements
-    return report
+    report["lossless_disagreements"] = lossy
+    return {**target.precision, **report}
 
 
 def _hf(target: LoadedModel, plain, max_new_tokens: int, prompt_lookup: int | None = None) -> Measurement:
@@ -206,9 +212,10 @@ def _hf(target: LoadedModel, plain, max_new_tokens: int, prompt_lookup: int | No
 
 @torch.inference_mode()
 def first_disagreement(target: LoadedModel, plain, theirs: list[list[int]]) -> dict | None:
-    """Where Hugging Face's greedy output first differs from ours: turn, position, both tokens, and the
-    logit margin between them there (HF's eager forward over the prompt and the common prefix). A
-    margin near zero is a near-tie that rounding decided, not a bug."""
+    """Where another greedy output (Hugging Face's, or a drafting configuration's) first differs from our
+    plain decoding: turn, position, both tokens, and the logit margin between them there (HF's eager
+    forward over the prompt and the common prefix). A margin near zero is a near-tie that rounding
+    decided; a wide one is a bug."""
     for index, (turn, other) in enumerate(zip(plain.turns, theirs, strict=True)):
         ours = turn.output_ids
         position = next((i for i, (a, b) in enumerate(zip(ours, other, strict=False)) if a != b), None)

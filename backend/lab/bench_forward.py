@@ -74,7 +74,7 @@ def forward_benchmark(
     report = {
         "target": target.spec,
         "device": str(target.device),
-        "dtype": str(target.dtype).removeprefix("torch."),
+        **target.precision,
         "context": context,
         "repeats": repeats,
         "results": results,

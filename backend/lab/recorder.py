@@ -133,7 +133,7 @@ class RunRecorder:
                 "seed": plan.seed,
                 "max_new_tokens": plan.max_new_tokens,
                 "device": str(target.device),
-                "dtype": str(target.dtype).removeprefix("torch."),
+                **target.precision,
                 "compile": self.compile,
                 "batch_size": plan.batch_size,
                 "split": plan.split,

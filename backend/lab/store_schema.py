@@ -169,6 +169,14 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE sweep_points ADD COLUMN min_confidence DOUBLE;  -- also in the variant, 'conf=0.35'
     """,
     ),
+    (
+        9,
+        """
+        ALTER TABLE runs ADD COLUMN cpu_features VARCHAR[];          -- the CPU's matrix features; [] off the CPU
+        ALTER TABLE sweep_points ADD COLUMN dtype VARCHAR;           -- the target's precision: float32, bfloat16
+        ALTER TABLE sweep_points ADD COLUMN cpu_features VARCHAR[];
+    """,
+    ),
 ]
 RUN_KINDS = ("generate", "compare", "replay", "sweep", "reference")  # 'generate' is a Live run
 RUN_STATUSES = ("complete", "cancelled", "incomplete", "failed")

@@ -30,7 +30,7 @@ from backend.core.models import LoadedModel
 from backend.core.verify import SamplingParams
 from backend.drafters import REGISTRY, TREE_DRAFTERS, DrafterOptions, all_options, build_drafter
 from backend.lab.analysis import bootstrap_al_ci, pareto_frontier
-from backend.lab.labels import variant_label
+from backend.lab.labels import variant_parts
 from backend.lab.prompts import Question, first_turn_ids
 from backend.lab.recorder import RunPlan, RunRecorder, software
 from backend.lab.store import RunStore
@@ -58,6 +58,29 @@ class SweepRow:
         return split_of(len(self.result.prompt_ids))
 
 
+@dataclass
+class _Sweeping:
+    """What every precision of one sweep shares while it runs."""
+
+    sweep_id: str
+    questions: list[Question]
+    prompts: list[list[int]]
+    configs: list[tuple]
+    batch_sizes: list[int]
+    max_new_tokens: int
+    options: DrafterOptions
+    tree_topk: int
+    store: RunStore | None
+    progress: Callable[[str, int, int], None]
+    total: int
+    tag_dtype: bool  # several precisions: each configuration's variant names its dtype, fp32's too
+    done: int = 0
+
+    def advance(self, label: str, rows: int) -> None:
+        self.done += rows
+        self.progress(label, self.done, self.total)
+
+
 def run_sweep(
     target: LoadedModel,
     questions: list[Question],
@@ -74,93 +97,51 @@ def run_sweep(
     tree_budgets: Sequence[int] = (0,),
     tree_topk: int = 4,
     min_confidences: Sequence[float] = (0.0,),
+    other_precisions: Sequence[LoadedModel] = (),
 ) -> dict:
     """Run the grid; return {"sweep_id", "points", "frontier", "by_category"} (and store it all).
 
     Besides drafters, D and B the grid spans `temperatures` (plain decoding is measured at each),
     `option_values` (drafter option name -> values; each drafter sweeps the options it has, the rest
-    keep `options`), `tree_budgets` (0 = chains; drafters that build trees draft at each budget) and
-    `min_confidences` (chains' confidence stops, 0 = none). A configuration that varies any carries a
-    `variant` label ('T=0.7, ngram_max=2, tree=16', 'conf=0.35')."""
+    keep `options`), `tree_budgets` (0 = chains; drafters that build trees draft at each budget),
+    `min_confidences` (chains' confidence stops, 0 = none) and `other_precisions` (the same target
+    loaded in other dtypes, each swept whole and checked against its own plain decoding). A
+    configuration that varies any carries a `variant` label ('T=0.7, ngram_max=2, tree=16',
+    'conf=0.35', 'bfloat16')."""
     option_values = check_option_values(drafters, option_values or {})
-    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
-    engine.passes.warm_up(lambda label: progress(label, 0, 1), batched=True)
-    batch = BatchEngine(engine)
+    precisions = [target, *other_precisions]
     prompts = [first_turn_ids(target.tokenizer, q) for q in questions]
     configs = sweep_grid(drafters, draft_lens, temperatures, option_values, tree_budgets, min_confidences)
-    total = len(prompts) + len(batch_sizes) * len(configs) * len(prompts)
-    done = 0
-    sweep_id = uuid.uuid4().hex
-    recorder = RunRecorder(store, target) if store is not None else None
-    provenance = {key: software()[key] for key in ("specscope_version", "git_commit")}
+    total = len(precisions) * (len(prompts) + len(batch_sizes) * len(configs) * len(prompts))
+    sweep = _Sweeping(
+        uuid.uuid4().hex,
+        questions,
+        prompts,
+        configs,
+        batch_sizes,
+        max_new_tokens,
+        options,
+        tree_topk,
+        store,
+        progress,
+        total,
+        tag_dtype=len(precisions) > 1,
+    )
     if store is not None:
-        store.start_sweep(sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})
-    reference = []  # the single-sequence greedy outputs every greedy row must reproduce
-    plain = GenerationSettings(max_new_tokens, draft_len=0)
-    for prompt in prompts:
-        reference.append(engine.generate(prompt, None, plain).run().output_ids)
-        done += 1
-        progress("reference", done, total)
+        store.start_sweep(sweep.sweep_id, target.spec, target.fingerprint, str(target.device), settings_record or {})
     points, by_category = [], []
     try:
-        for size in batch_sizes:
-            for temperature, name, draft_len, combo, budget, confident in configs:
-                drafter = build_drafter(name, target, dataclasses.replace(options, **combo))
-                settings = GenerationSettings(
-                    max_new_tokens=max_new_tokens,
-                    draft_len=draft_len,
-                    sampling=SamplingParams(temperature),
-                    tree_budget=budget,
-                    tree_topk=tree_topk,
-                    min_confidence=confident,
-                )
-                rows: list[SweepRow] = []
-                wall = prefill = 0.0
-                variant = variant_label(temperature, combo, budget, confident)
-                for start in range(0, len(prompts), size):
-                    result = batch.generate(prompts[start : start + size], drafter, settings)
-                    wall += result.wall_s
-                    prefill += result.prefill_s
-                    for offset, row in enumerate(result.rows):
-                        index = start + offset
-                        same = row.output_ids == reference[index] if temperature == 0 else None
-                        rows.append(SweepRow(questions[index], row, same))
-                    done += len(result.rows)
-                    progress(f"{name}@{draft_len} B={size}" + (f" [{variant}]" if variant else ""), done, total)
-                config = {
-                    "drafter": name,
-                    "draft_len": draft_len,
-                    "batch_size": size,
-                    "compile": engine.compile,
-                    "temperature": temperature,
-                    "variant": variant,
-                    "drafter_options": json.dumps(combo),
-                    "tree_budget": budget,
-                    "tree_topk": tree_topk if budget else None,
-                    "min_confidence": confident,
-                }
-                overall = summarise(rows, wall, config, "all", "all")
-                overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
-                parts = [
-                    summarise([r for r in rows if r.question.category == c], None, config, c, "all")
-                    for c in sorted({r.question.category for r in rows})
-                ]
-                parts += [
-                    summarise([r for r in rows if r.split == s], None, config, "all", s)
-                    for s in sorted({r.split for r in rows})
-                ]
-                points.append(overall)
-                by_category += parts
-                if store is not None:
-                    _store_rows(recorder, sweep_id, rows, config, max_new_tokens)
-                    store.add_sweep_points(sweep_id, [{**point, **provenance} for point in (overall, *parts)])
+        for each in precisions:
+            overall, parts = _sweep_precision(each, sweep)
+            points += overall
+            by_category += parts
     except BaseException as error:
         if store is not None:
             stopped = isinstance(error, SweepStopped | KeyboardInterrupt)
-            store.finish_sweep(sweep_id, "cancelled" if stopped else "failed")
+            store.finish_sweep(sweep.sweep_id, "cancelled" if stopped else "failed")
         raise
     if store is not None:
-        store.finish_sweep(sweep_id, "complete")
+        store.finish_sweep(sweep.sweep_id, "complete")
     keys = (
         "drafter",
         "variant",
@@ -175,12 +156,83 @@ def run_sweep(
     )
     slim = [{k: p[k] for k in keys} for p in points]
     return {
-        "sweep_id": sweep_id,
+        "sweep_id": sweep.sweep_id,
         "points": slim,
         "frontier": pareto_frontier(slim),
         "details": points,
         "by_category": by_category,
     }
+
+
+def _sweep_precision(target: LoadedModel, sweep: _Sweeping) -> tuple[list[dict], list[dict]]:
+    """The whole grid on one loaded target (one dtype): its overall points and its category and split
+    points, stored as they come."""
+    engine = SpeculativeEngine(target.model, target.eos_token_ids, target.facts.max_context, target.compile)
+    engine.passes.warm_up(lambda label: sweep.progress(label, sweep.done, sweep.total), batched=True)
+    batch = BatchEngine(engine)
+    recorder = RunRecorder(sweep.store, target) if sweep.store is not None else None
+    provenance = {key: software()[key] for key in ("specscope_version", "git_commit")} | target.precision
+    # a precision other than fp32 (or several) is part of what a configuration is: its series stay apart
+    dtype_part = [provenance["dtype"]] if sweep.tag_dtype or provenance["dtype"] != "float32" else []
+    reference = []  # the single-sequence greedy outputs every greedy row must reproduce
+    plain = GenerationSettings(sweep.max_new_tokens, draft_len=0)
+    for prompt in sweep.prompts:
+        reference.append(engine.generate(prompt, None, plain).run().output_ids)
+        sweep.advance("reference", 1)
+    points, by_category = [], []
+    for size in sweep.batch_sizes:
+        for temperature, name, draft_len, combo, budget, confident in sweep.configs:
+            drafter = build_drafter(name, target, dataclasses.replace(sweep.options, **combo))
+            settings = GenerationSettings(
+                max_new_tokens=sweep.max_new_tokens,
+                draft_len=draft_len,
+                sampling=SamplingParams(temperature),
+                tree_budget=budget,
+                tree_topk=sweep.tree_topk,
+                min_confidence=confident,
+            )
+            rows: list[SweepRow] = []
+            wall = prefill = 0.0
+            variant = ", ".join([*variant_parts(temperature, combo, budget, confident), *dtype_part]) or None
+            for start in range(0, len(sweep.prompts), size):
+                result = batch.generate(sweep.prompts[start : start + size], drafter, settings)
+                wall += result.wall_s
+                prefill += result.prefill_s
+                for offset, row in enumerate(result.rows):
+                    index = start + offset
+                    same = row.output_ids == reference[index] if temperature == 0 else None
+                    rows.append(SweepRow(sweep.questions[index], row, same))
+                label = f"{name}@{draft_len} B={size}" + (f" [{variant}]" if variant else "")
+                sweep.advance(label, len(result.rows))
+            config = {
+                "drafter": name,
+                "draft_len": draft_len,
+                "batch_size": size,
+                "compile": engine.compile,
+                "temperature": temperature,
+                "variant": variant,
+                "drafter_options": json.dumps(combo),
+                "tree_budget": budget,
+                "tree_topk": sweep.tree_topk if budget else None,
+                "min_confidence": confident,
+                "dtype": provenance["dtype"],
+            }
+            overall = summarise(rows, wall, config, "all", "all")
+            overall["decode_throughput_tps"] = overall["new_tokens"] / (wall - prefill) if wall > prefill else None
+            parts = [
+                summarise([r for r in rows if r.question.category == c], None, config, c, "all")
+                for c in sorted({r.question.category for r in rows})
+            ]
+            parts += [
+                summarise([r for r in rows if r.split == s], None, config, "all", s)
+                for s in sorted({r.split for r in rows})
+            ]
+            points.append(overall)
+            by_category += parts
+            if sweep.store is not None:
+                _store_rows(recorder, sweep.sweep_id, rows, config, sweep.max_new_tokens)
+                sweep.store.add_sweep_points(sweep.sweep_id, [{**point, **provenance} for point in (overall, *parts)])
+    return points, by_category
 
 
 def sweep_grid(

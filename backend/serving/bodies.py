@@ -167,6 +167,9 @@ class SweepBody(CheckedBody):
     min_confidences: list[float] = Field(
         [0.0], min_length=1, max_length=8, description="confidence stops for chains, each in [0, 1) (0 = none)"
     )
+    dtypes: list[Literal["float32", "bfloat16", "float16"]] | None = Field(
+        None, min_length=1, max_length=3, description="the whole grid in each precision (default: the worker's)"
+    )
     settings: dict = Field(default_factory=dict, description="recorded with the sweep (suite path, ...)")
 
     @field_validator("tree_budgets")

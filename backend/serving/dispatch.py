@@ -38,7 +38,7 @@ class JobDispatcher:
             job.emit({"type": "error", "message": str(error)})
             return
         if job.kind == "sweep":
-            self._sweep(job, target)
+            self._sweep(job, job.request.target or self.default_target, target)
         else:
             self.live.run(job, target)
 
@@ -47,9 +47,18 @@ class JobDispatcher:
             job.emit({"type": "loading", "spec": spec})
         return self.models.get(spec)
 
-    def _sweep(self, job: Job, target: LoadedModel) -> None:
-        """A sweep as one job: progress records as it goes, then {type: sweep, report}."""
+    def _sweep(self, job: Job, spec: str, target: LoadedModel) -> None:
+        """A sweep as one job: progress records as it goes, then {type: sweep, report}. Over several
+        dtypes, the target is loaded in each (kept like any other model)."""
         body = job.request
+        try:
+            if body.dtypes:
+                target, *others = [self.models.get(spec, dtype) for dtype in dict.fromkeys(body.dtypes)]
+            else:
+                others = []
+        except SpecScopeError as error:
+            job.emit({"type": "error", "message": str(error)})
+            return
         questions = [Question(q.question_id, q.category, tuple(q.turns)) for q in body.questions]
 
         def progress(label: str, done: int, total: int) -> None:
@@ -74,6 +83,7 @@ class JobDispatcher:
                 body.tree_budgets,
                 body.tree_topk,
                 body.min_confidences,
+                others,
             )
         except SweepStopped:
             return

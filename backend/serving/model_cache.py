@@ -42,6 +42,7 @@ class ModelCache:
         self.compile = compile
         self.loader = loader
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+        self.other_precisions: set[str] = set()  # keys of targets held in a dtype besides the worker's (sweeps)
         # (target, drafter name, options) -> (drafter, the model specs it holds)
         self._drafters: dict[tuple[str, str, str], tuple[Drafter | None, set[str]]] = {}
         self._lock = threading.Lock()  # guards the dicts; never held while loading
@@ -49,34 +50,38 @@ class ModelCache:
         self.loading: str | None = None
         self.warming: str | None = None  # what is being compiled, while a load warms its model
 
-    def get(self, spec: str) -> LoadedModel:
-        """The loaded model for a spec, loading it (and evicting others) if needed."""
-        found = self.peek(spec, touch=True)
+    def get(self, spec: str, dtype: str | None = None) -> LoadedModel:
+        """The loaded model for a spec (in `dtype`, default the worker's), loading it (and evicting
+        others) if needed; another dtype of a spec is kept as '<spec> [<dtype>]'."""
+        key = spec if dtype is None else f"{spec} [{dtype}]"
+        if dtype is not None:
+            self.other_precisions.add(key)
+        found = self.peek(key, touch=True)
         if found is not None:
             return found
         with self._load_lock:
-            found = self.peek(spec, touch=True)  # loaded by another thread meanwhile
+            found = self.peek(key, touch=True)  # loaded by another thread meanwhile
             if found is not None:
                 return found
-            self.loading = spec
+            self.loading = key
             try:
                 model = self.loader(
                     spec,
                     device=self.device,
-                    dtype=self.dtype,
+                    dtype=dtype or self.dtype,
                     allow_remote_code=self.allow_remote_code,
                     compile=self.compile,
                 )
                 # compiled (or first-used) here, so no request's timed decoding pays for it
                 model.compile = prepare(
-                    model.model, model.compile, lambda message: setattr(self, "warming", f"{spec}: {message}")
+                    model.model, model.compile, lambda message: setattr(self, "warming", f"{key}: {message}")
                 )
             finally:
                 self.loading = None
                 self.warming = None
             with self._lock:
-                self._models[spec] = model
-                self._evict(keep=spec)
+                self._models[key] = model
+                self._evict(keep=key)
             return model
 
     def drafter(self, target_spec: str, name: str, options: DrafterOptions) -> Drafter | None:

@@ -187,12 +187,14 @@ def create_app(settings: WorkerSettings) -> FastAPI:
     @app.get("/models")
     def list_models() -> dict:
         targets = []
-        for spec in dict.fromkeys([settings.default_target, *settings.extra_targets, *models.loaded()]):
+        held = [spec for spec in models.loaded() if spec not in models.other_precisions]
+        for spec in dict.fromkeys([settings.default_target, *settings.extra_targets, *held]):
             loaded = models.peek(spec)
             targets.append(
                 {
                     "spec": spec,
                     "loaded": loaded is not None,
+                    "precision": loaded.precision if loaded else None,  # dtype and the CPU's matrix features
                     "facts": loaded.facts.to_dict() if loaded else None,
                     "tle_per_forward": loaded.tle_per_forward if loaded else None,
                 }

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from backend.core.cpu_features import has_bf16_unit
 from backend.core.drafter import Drafter
 from backend.core.engine import GenerationSettings, SpeculativeEngine
 from backend.core.errors import SpecScopeError
@@ -235,8 +236,7 @@ def native_bf16(device: torch.device) -> bool:
     2.1 s against 5.3 s in fp32); elsewhere bf16 is emulated and slower than fp32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's, private: absent means no
-    return device.type == "cpu" and any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+    return device.type == "cpu" and has_bf16_unit()
 
 
 def mixed_precision(device: torch.device, dtype: torch.dtype | None) -> torch.autocast:

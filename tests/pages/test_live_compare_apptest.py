@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
+from backend.core.cpu_features import cpu_features
 from backend.serving.client import WorkerClient
 from tests.helpers.apptest import PROMPT, page
 from ui import run_status
@@ -40,6 +41,7 @@ def test_live_says_when_and_how_plain_decoding_was_measured_and_that_the_output_
     assert at.success[0].value.startswith("Token-identical to plain decoding (")
     speedup = next(metric for metric in at.metric if metric.label == "Speedup vs plain")
     assert speedup.value.endswith("x") and "measured in" not in speedup.value
+    assert f"float32 · CPU features {' '.join(cpu_features())}" in text  # beside the target's name
 
 
 def test_live_says_how_warm_the_suffix_tree_was(worker_env):

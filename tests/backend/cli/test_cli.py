@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.core.cpu_features import cpu_features
 from tests.helpers.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -204,6 +205,8 @@ def test_bench_forward_times_eager_beside_compiled(tiny_folder):
     assert set(rows) == {(mode, 1, width) for mode in ("eager", "compiled") for width in (1, 4)}
     assert all(r["ms"] > 0 for r in rows.values()) and rows[("compiled", 1, 1)]["vs_one_token"] == 1.0
     assert set(report["plain_tps"]) == {"eager", "compiled"} and report["roofline_tps"] > 0
+    assert report["dtype"] == "float32" and report["cpu_features"] == list(cpu_features())
+    assert f"CPU features {' '.join(cpu_features()) or 'none'}" in result.stdout
     assert report["graphs"] == "torch.compile"  # tests turn packages off
     assert "one-row passes ran on torch.compile" in result.stdout
     assert "compiled" in result.stdout and "vs T=1" in result.stdout

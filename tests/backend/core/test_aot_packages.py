@@ -215,3 +215,21 @@ def test_the_first_batch_graphs_serve_every_later_batch_size(packaged):
     for batch, width in ((4, 1), (4, 3), (3, 5), (16, 1)):
         batched_pass(batch, width)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_a_bf16_target_keeps_one_package_that_serves_its_one_token_passes_too(tmp_path, monkeypatch):
+    """In bf16 one-token passes run through the verify graph (so every row rounds alike): one package,
+    checked at load against what it computed where it was built, and lossless drafting on it."""
+    monkeypatch.setenv(SWITCH, "on")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    model = tiny_llama(seed=7)
+    model.model.to(torch.bfloat16)
+    first = FastForward(model.model, compiled=True)
+    assert sorted(first.packages.settings) == [2]
+    first.forward(torch.tensor([PROMPT[:3]]), first.new_cache(64))
+    assert first.packages.built == [first.packages.path(2).name] and (first.packages.path(2) / "expected.pt").exists()
+    engine = SpeculativeEngine(model.model, model.eos_token_ids, model.facts.max_context, "on")
+    plain = engine.generate(PROMPT, None, GenerationSettings(30, draft_len=0)).run()
+    drafted = engine.generate(PROMPT, registered_drafter("ngram", model, model), GenerationSettings(30, draft_len=4))
+    assert drafted.run().output_ids == plain.output_ids
+    assert single_sequence_graphs(model.model) == "packages" and engine.passes.fast.packages.built == []

@@ -86,7 +86,7 @@ def test_tokenizers_that_differ_are_refused(tiny):
 
 def test_device_and_dtype_choices():
     assert resolve_device("cpu").type == "cpu"
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cpu")) is None  # decided by a probe once the target is loaded
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
     with pytest.raises(ModelLoadError, match="unknown dtype"):
         resolve_dtype("int3", torch.device("cpu"))

@@ -11,6 +11,7 @@ import pytest
 import backend.lab.bench
 from backend.cli.arg_types import confidences, tree_budgets
 from backend.cli.speed_table import format_speed_table
+from backend.core.cpu_features import cpu_features
 from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions
 from backend.lab.bench import Config, configs_of, speed_benchmark
@@ -50,6 +51,8 @@ def test_tree_budgets_are_parsed_and_one_out_of_range_is_refused():
 
 def test_trees_are_measured_beside_chains_losslessly(tiny):
     report = speed_benchmark(tiny, QUESTIONS, ["ngram"], [4], 24, DrafterOptions(), tree_budgets=(0, 8), tree_topk=3)
+    assert report["dtype"] == "float32" and report["cpu_features"] == list(cpu_features())
+    assert report["lossless_disagreements"] == []
     summary = report["summary"]
     assert {"ngram@4", "ngram@4/tree=8", "hf-assisted@4", "plain@0"} == set(summary)
     tree = summary["ngram@4/tree=8"]

@@ -4,16 +4,20 @@ values refused with a clear message."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pytest
+import torch
 
+from backend.core.cpu_features import cpu_features
 from backend.core.drafter import confident_length
 from backend.core.errors import SpecScopeError
 from backend.drafters import DrafterOptions
 from backend.lab.analysis import acceptance_groups
+from backend.lab.labels import variant_label
 from backend.lab.store import RunStore
-from backend.lab.sweep import check_option_values, option_grid, run_sweep, variant_label
+from backend.lab.sweep import check_option_values, option_grid, run_sweep
 from tests.helpers.reference import QUESTIONS
 
 
@@ -149,3 +153,19 @@ def test_confidence_stops_are_a_dimension_for_chains(tiny, tmp_path):
     assert any((frame["stop_reason"] == "low-confidence").any() for frame in steps)  # the stop did cut
     points = store.sweep_points(sweep_id=report["sweep_id"])
     assert set(points[points["variant"] == "conf=0.5"]["min_confidence"]) == {0.5}
+
+
+def test_precision_is_a_sweep_dimension_each_checked_against_its_own_plain_decoding(tiny, tmp_path):
+    store = RunStore(tmp_path / "runs.duckdb")
+    bf16 = replace(tiny, model=copy.deepcopy(tiny.model).to(torch.bfloat16), dtype=torch.bfloat16)
+    report = run_sweep(
+        tiny, QUESTIONS[:2], ["ngram"], [0, 3], [1], 12, DrafterOptions(), store, other_precisions=[bf16]
+    )
+    configs = {(p["drafter"], p["variant"]) for p in report["points"]}
+    assert configs == {("none", "float32"), ("ngram", "float32"), ("none", "bfloat16"), ("ngram", "bfloat16")}
+    assert all(p["lossless"] is True for p in report["points"])
+    points = store.sweep_points(sweep_id=report["sweep_id"])
+    assert set(points["dtype"]) == {"float32", "bfloat16"}
+    assert all(list(features) == list(cpu_features()) for features in points["cpu_features"])
+    runs = store.runs(kind="sweep")
+    assert set(runs["dtype"]) == {"float32", "bfloat16"}

@@ -67,6 +67,16 @@ def test_a_started_sweep_runs_on_reports_progress_and_stores_its_points(worker):
         client.sweep_job("nope")
 
 
+def test_a_sweep_over_dtypes_loads_the_target_in_each_and_tags_its_points(worker, tiny_folder):
+    client = WorkerClient(worker.url)
+    job_id = client.start_sweep(**{**BODY, "draft_lens": [0], "dtypes": ["float32", "bfloat16"]})["job_id"]
+    state, _ = wait_for(client, job_id)
+    assert state["status"] == "complete", state["error"]
+    overall = [p for p in client.sweep_points(sweep_id=state["sweep_id"]) if p["category"] == "all"]
+    assert {(p["variant"], p["dtype"]) for p in overall} == {("float32", "float32"), ("bfloat16", "bfloat16")}
+    assert [t["spec"] for t in httpx.get(worker.url + "/models").json()["targets"]] == [tiny_folder]
+
+
 def test_a_started_sweep_can_be_cancelled(worker):
     client = WorkerClient(worker.url)
     body = {**BODY, "draft_lens": [0, 2, 3, 4, 5, 6], "batch_sizes": [1, 2], "max_new_tokens": 64}

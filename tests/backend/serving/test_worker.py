@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import httpx
 import pytest
 
+from backend.core.cpu_features import cpu_features
 from tests.helpers.workers import ROOT, WorkerProcess
 
 pytestmark = pytest.mark.slow  # starts worker processes: `make test-fast` leaves it out
@@ -33,6 +34,7 @@ def test_health_and_models(worker, tiny_folder):
     models = httpx.get(worker.url + "/models").json()
     [target] = models["targets"]
     assert target["spec"] == tiny_folder and target["facts"]["G"] == 2 and target["facts"]["num_layers"] == 4
+    assert target["precision"] == {"dtype": "float32", "cpu_features": list(cpu_features())}
     assert {d["name"] for d in models["drafters"]} >= {"none", "ngram", "suffix", "draft-model", "layerskip"}
 
 

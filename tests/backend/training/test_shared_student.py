@@ -163,8 +163,7 @@ def whole_target_student(tiny, folder, norm_scale: float = 1.0) -> list[int]:
 @pytest.mark.parametrize("native_bf16", [True, False])
 def test_auto_holds_it_in_bfloat16_where_the_cpu_multiplies_bf16_natively(tiny, tmp_path, monkeypatch, native_bf16):
     whole_target_student(tiny, tmp_path)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native_bf16)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr("backend.drafters.head_precision.has_bf16_unit", lambda: native_bf16)
     drafter = build_drafter("draft-model", tiny, DrafterOptions(drafter_path=str(tmp_path)))  # an fp32 CPU target
     own = drafter.draft.model.get_decoder().layers[0].self_attn.q_proj
     assert own.weight.dtype == (torch.bfloat16 if native_bf16 else torch.float32)
