@@ -180,11 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--db", help="the DuckDB store: its worker (which publishes its URL beside it) is used when running"
     )
     sweep.add_argument("--local", action="store_true", help="do not use a running worker; write the file directly")
-    sweep.add_argument(
-        "--dtypes",
-        type=dtypes,
-        help="precision as a sweep dimension, e.g. float32,bfloat16: the whole grid in each (replaces --dtype)",
-    )
     add_engine_args(sweep)
     sweep.set_defaults(handler=lambda args: _bench("sweep", args))
 
@@ -287,6 +282,11 @@ def _add_sweep_args(parser: argparse.ArgumentParser, defaults: dict) -> None:
         parser, None, "target model (default: the worker's default target; in process, the embedded default)"
     )
     add_compile_arg(parser)
+    parser.add_argument(
+        "--dtypes",
+        type=dtypes,
+        help="precision as a sweep dimension, e.g. float32,bfloat16: the whole grid in each (replaces --dtype)",
+    )
     parser.add_argument("--json", action="store_true", help="the last line of stdout is one JSON object")
 
 

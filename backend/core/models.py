@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.core.cpu_features import auto_dtype, features_of
+from backend.core.cpu_features import auto_dtype, features_of, has_bf16_unit
 from backend.core.errors import ModelLoadError, first_line
 
 DEFAULT_SPEC = "default"
@@ -82,7 +82,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     compile: str = "off"  # auto | on | off: how engines on this target run its passes (target_passes.py)
-    dtype_reason: str | None = None  # why `--dtype auto` chose `dtype` on this machine (None: asked for by name)
+    dtype_reason: str | None = None  # why `--dtype auto` chose `dtype` where a bf16 unit made it a question
 
     @property
     def facts(self) -> ModelFacts:
@@ -235,6 +235,7 @@ def load_model(
     reason = None
     if torch_dtype is None:
         torch_dtype, reason = auto_dtype(torch_device, widest_linear(model))
+        reason = reason if has_bf16_unit() else None  # fp32 without a bf16 unit goes without saying
         model.to(torch_dtype)
     model.to(torch_device)
     model.eval()
