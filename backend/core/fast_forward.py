@@ -248,7 +248,7 @@ class FastForward:
         a graph built for T = 1 rounds differently. On CPUs with bf16 units, two rows cost what one does."""
         if cache.room() < 2:
             cache.grow(2)
-        result = self.forward(ids.expand(-1, 2), cache)
+        result = self.forward(ids.repeat(1, 2), cache)  # dense, as the verify graph was traced
         cache.lengths = cache.lengths - 1  # the second slot is written over by the next pass
         return ForwardResult(result.logits[:, :1], tuple(h[:, :1] for h in result.hidden))
 
